@@ -1,0 +1,5 @@
+import sys
+
+from benchbay.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Collectors: what a worker measures around its steps (time, memory, system load, environment)."""

@@ -1,0 +1,46 @@
+"""Peak memory of a measured window: the torch allocator, the device as NVML sees it, host RSS."""
+
+from __future__ import annotations
+
+import psutil
+import torch
+
+from benchbay.collect import nvml
+
+GIB = 1024**3
+
+
+def reset(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak(device: torch.device) -> dict[str, float | int | None]:
+    """Peaks since the last ``reset`` (allocator counters miss the CUDA context: NVML shows it)."""
+    out: dict[str, float | int | None] = {
+        "peak_mem_allocated_gib": None, "peak_mem_reserved_gib": None, "alloc_retries": None,
+        "num_ooms": None, "device_mem_total_gib": None, "nvml_mem_used_gib": None,
+        "host_rss_gib": psutil.Process().memory_info().rss / GIB,
+    }
+    if device.type == "cuda":
+        stats = torch.cuda.memory_stats(device)
+        out.update(
+            peak_mem_allocated_gib=stats.get("allocated_bytes.all.peak", 0) / GIB,
+            peak_mem_reserved_gib=stats.get("reserved_bytes.all.peak", 0) / GIB,
+            alloc_retries=stats.get("num_alloc_retries", 0),
+            num_ooms=stats.get("num_ooms", 0),
+            device_mem_total_gib=torch.cuda.get_device_properties(device).total_memory / GIB,
+            nvml_mem_used_gib=nvml.memory_used_gib(device.index or 0),
+        )
+    return out
+
+
+def current(device: torch.device) -> dict[str, float | None]:
+    """Memory in use right now (recorded with an OOM)."""
+    if device.type != "cuda":
+        return {"mem_allocated_gib": None, "mem_reserved_gib": None,
+                "host_rss_gib": psutil.Process().memory_info().rss / GIB}
+    return {"mem_allocated_gib": torch.cuda.memory_allocated(device) / GIB,
+            "mem_reserved_gib": torch.cuda.memory_reserved(device) / GIB,
+            "peak_mem_allocated_gib": torch.cuda.max_memory_allocated(device) / GIB,
+            "device_mem_total_gib": torch.cuda.get_device_properties(device).total_memory / GIB}

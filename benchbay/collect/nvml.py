@@ -1,0 +1,68 @@
+"""NVML readings (nvidia-ml-py). Absent NVML or no NVIDIA GPU is not an error: every call
+returns None or an empty result."""
+
+from __future__ import annotations
+
+import functools
+
+GIB = 1024**3
+
+
+@functools.cache
+def _nvml():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # no library, no driver, no GPU
+        return None
+
+
+def _handle(index: int):
+    lib = _nvml()
+    if lib is None:
+        return None, None
+    try:
+        return lib, lib.nvmlDeviceGetHandleByIndex(index)
+    except Exception:
+        return None, None
+
+
+def devices() -> list[dict[str, str]]:
+    """Name of each visible GPU and the driver version."""
+    lib = _nvml()
+    if lib is None:
+        return []
+    try:
+        driver = lib.nvmlSystemGetDriverVersion()
+        return [{"name": lib.nvmlDeviceGetName(lib.nvmlDeviceGetHandleByIndex(i)), "driver": driver}
+                for i in range(lib.nvmlDeviceGetCount())]
+    except Exception:
+        return []
+
+
+def memory_used_gib(index: int) -> float | None:
+    lib, handle = _handle(index)
+    if handle is None:
+        return None
+    try:
+        return lib.nvmlDeviceGetMemoryInfo(handle).used / GIB
+    except Exception:
+        return None
+
+
+def sample(index: int) -> dict[str, float]:
+    """Utilisation (%), power (W) and SM clock (MHz) now; missing readings are left out."""
+    lib, handle = _handle(index)
+    if handle is None:
+        return {}
+    out = {}
+    for key, read in (("gpu_util", lambda: lib.nvmlDeviceGetUtilizationRates(handle).gpu),
+                      ("gpu_power_w", lambda: lib.nvmlDeviceGetPowerUsage(handle) / 1e3),
+                      ("gpu_sm_clock_mhz", lambda: lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM))):
+        try:
+            out[key] = float(read())
+        except Exception:
+            pass
+    return out

@@ -1,0 +1,65 @@
+"""Per-step wall time without host syncs inside the measured steps.
+
+On CUDA each step is bracketed by events on the current stream and read once at the end;
+on CPU the step is synchronous and a perf counter suffices."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+class StepTimer:
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self._marks: list[tuple[object, object]] = []
+
+    def start(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._marks.append((event, None))
+        else:
+            self._marks.append((time.perf_counter(), None))
+
+    def stop(self) -> None:
+        begin, _ = self._marks[-1]
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._marks[-1] = (begin, event)
+        else:
+            self._marks[-1] = (begin, time.perf_counter())
+
+    def times(self) -> list[float]:
+        """Seconds per completed step (synchronises once on CUDA)."""
+        done = [(b, e) for b, e in self._marks if e is not None]
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [b.elapsed_time(e) / 1e3 for b, e in done]
+        return [e - b for b, e in done]
+
+
+def summarize(times: list[float]) -> dict[str, float | None]:
+    """Median, mean, p10, p90 and coefficient of variation of step times (seconds)."""
+    if not times:
+        return {"step_time_s": None, "step_time_mean_s": None, "step_time_p10_s": None,
+                "step_time_p90_s": None, "step_time_cv": None}
+    mean = statistics.fmean(times)
+    ordered = sorted(times)
+    return {
+        "step_time_s": statistics.median(ordered),
+        "step_time_mean_s": mean,
+        "step_time_p10_s": _quantile(ordered, 0.10),
+        "step_time_p90_s": _quantile(ordered, 0.90),
+        "step_time_cv": statistics.pstdev(ordered) / mean if mean > 0 else None,
+    }
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)

@@ -1,0 +1,86 @@
+"""The generic knobs: one table of what a suite may set for any training workload.
+
+Each knob's behaviour lives in its own module (precision.py, recompute.py, compile.py, ...);
+``benchbay.knobs.training.prepare`` applies them in one place, in torchtitan's order.
+Workload-specific knobs are declared by the workload (``Workload.knobs``) and validated here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from benchbay.workloads.base import Choice, TrainingWorkload, Workload
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A generic knob: allowed values (None = any value of ``type``), default and meaning."""
+
+    default: Any
+    help: str
+    values: tuple[Any, ...] | None = None
+    type: type | None = None
+    minimum: int = 1
+
+
+GENERIC: dict[str, Knob] = {
+    "mbs": Knob(1, "micro-batch size per process", type=int),
+    "precision": Knob("bf16_mixed", "bf16_mixed: fp32 master weights + bf16 compute; bf16: pure bf16; fp32",
+                      ("bf16_mixed", "bf16", "fp32")),
+    "recompute": Knob("off", "activation checkpointing per block", ("off", "full", "selective")),
+    "compile": Knob("off", "off | full (whole model) | <region>[+<region>] (regional compile of each block)"),
+    "cuda_graph": Knob("off", "attention: the workload's attention helpers as CUDA graphs; "
+                       "step: the compiled regions' forward+backward as CUDA graphs", ("off", "attention", "step")),
+    "sharding": Knob("none", "data parallelism", ("none", "ddp", "fsdp2_full", "fsdp2_grad_op", "fsdp2_hybrid")),
+    "replicate": Knob(1, "fsdp2_hybrid: replica groups (the rest of the world shards)", type=int),
+    "offload": Knob("none", "optimizer: optimizer state and step on the CPU", ("none", "optimizer")),
+    "alloc": Knob("default", "CUDA caching allocator setting", ("default", "expandable_segments")),
+    "deterministic": Knob(False, "torch deterministic algorithms", (False, True)),
+    "ddp_static_graph": Knob(False, "DDP static_graph", (False, True)),
+    "ddp_gradient_as_bucket_view": Knob(False, "DDP gradient_as_bucket_view", (False, True)),
+    "ddp_bucket_cap_mb": Knob(25, "DDP bucket_cap_mb", type=int),
+    "ddp_find_unused_parameters": Knob(False, "DDP find_unused_parameters", (False, True)),
+    "seed": Knob(0, "random seed of weights and batches", type=int, minimum=0),
+}
+
+
+def specs_for(workload_cls: type[Workload]) -> dict[str, Knob | Choice]:
+    """Every knob a point of this workload may set: the generic ones (for training workloads)
+    and the workload's own."""
+    own: dict[str, Knob | Choice] = dict(workload_cls.knobs)
+    if issubclass(workload_cls, TrainingWorkload):
+        return {**GENERIC, **own}
+    return {"mbs": GENERIC["mbs"], "seed": GENERIC["seed"], **own}
+
+
+def defaults_for(workload_cls: type[Workload]) -> dict[str, Any]:
+    return {name: spec.default for name, spec in specs_for(workload_cls).items()}
+
+
+def check_value(workload_cls: type[Workload], name: str, value: Any) -> str | None:
+    """None when ``value`` is allowed for knob ``name``, else what was expected."""
+    spec = specs_for(workload_cls)[name]
+    if name == "compile":
+        return _check_compile(workload_cls, value)
+    if spec.values is not None:
+        if not any(type(value) is type(a) and value == a for a in spec.values):
+            return f"one of {list(spec.values)}"
+        return None
+    if isinstance(spec, Knob) and spec.type is int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < spec.minimum:
+            return "a positive integer" if spec.minimum == 1 else f"an integer >= {spec.minimum}"
+    return None
+
+
+def _check_compile(workload_cls: type[Workload], value: Any) -> str | None:
+    regions = getattr(workload_cls, "regions", ())
+    expected = f"'off', 'full' or regions joined by '+' from {list(regions)}"
+    if not isinstance(value, str):
+        return expected
+    if value in ("off", "full"):
+        return None
+    parts = value.split("+")
+    if all(p in regions for p in parts) and len(set(parts)) == len(parts):
+        return None
+    return expected

@@ -1,0 +1,28 @@
+"""precision: bf16_mixed (fp32 master weights, bf16 compute), bf16 (pure bf16), fp32.
+
+Frozen encoders run in bf16 whenever training computes in bf16, as the real pipelines do."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from benchbay.workloads.base import ModelParts
+
+
+def apply(parts: ModelParts, precision: str) -> None:
+    if precision == "fp32":
+        return
+    for module in parts.frozen:
+        module.to(torch.bfloat16)
+    if precision == "bf16":
+        parts.model.to(torch.bfloat16)
+
+
+def autocast(precision: str, device: torch.device, fsdp: bool):
+    """The context around the forward: bf16 autocast for bf16_mixed unless FSDP2's
+    MixedPrecisionPolicy already casts the parameters."""
+    if precision == "bf16_mixed" and not fsdp:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -1,0 +1,24 @@
+"""Swap each block of every region for a wrapped one, in its parent module and in the region list."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import nn
+
+from benchbay.workloads.base import ModelParts
+
+
+def replace_blocks(parts: ModelParts, wrap: Callable[[nn.Module], nn.Module]) -> None:
+    parents = {id(child): (parent, name)
+               for parent in parts.model.modules() for name, child in parent.named_children()}
+    for region, blocks in parts.regions.items():
+        wrapped = []
+        for block in blocks:
+            if id(block) not in parents:
+                raise ValueError(f"region {region!r}: a block is not a submodule of the model")
+            parent, name = parents[id(block)]
+            new = wrap(block)
+            setattr(parent, name, new)
+            wrapped.append(new)
+        parts.regions[region] = wrapped

@@ -1,0 +1,67 @@
+"""sharding: none | ddp | fsdp2_full | fsdp2_grad_op | fsdp2_hybrid, and offload=optimizer under FSDP2.
+
+FSDP2 wraps each block of every region, then the root (torchtitan's order, after recompute and
+compile). full and grad_op differ only in ``reshard_after_forward``; hybrid is a 2-D mesh
+(replicate x shard)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+from benchbay.workloads.base import ModelParts
+
+
+def skip_reason(knobs: dict, world_size: int) -> str | None:
+    if knobs["sharding"] == "fsdp2_hybrid":
+        replicate = knobs["replicate"]
+        if world_size % replicate or world_size // replicate < 2 or replicate < 2:
+            return (f"fsdp2_hybrid needs replicate >= 2 groups of >= 2 shards dividing the world size "
+                    f"({world_size} processes, replicate={replicate})")
+    if knobs["offload"] == "optimizer" and knobs["sharding"] == "ddp":
+        return "offload=optimizer is implemented with FSDP2's CPUOffloadPolicy or without sharding, not under DDP"
+    return None
+
+
+def apply(parts: ModelParts, knobs: dict, device: torch.device) -> nn.Module:
+    """Returns the module to call (DDP wraps; FSDP2 converts in place)."""
+    sharding = knobs["sharding"]
+    if sharding == "none":
+        return parts.model
+    if sharding == "ddp":
+        return DistributedDataParallel(
+            parts.model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            static_graph=knobs["ddp_static_graph"],
+            gradient_as_bucket_view=knobs["ddp_gradient_as_bucket_view"],
+            bucket_cap_mb=knobs["ddp_bucket_cap_mb"],
+            find_unused_parameters=knobs["ddp_find_unused_parameters"],
+        )
+    world = dist.get_world_size()
+    # build the mesh on the module's own device type: with GPUs visible, a CPU run would
+    # otherwise move the module to CUDA (PT #132471)
+    if sharding == "fsdp2_hybrid":
+        replicate = knobs["replicate"]
+        mesh = init_device_mesh(device.type, (replicate, world // replicate), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device.type, (world,))
+    kwargs = {"mesh": mesh}
+    if knobs["precision"] == "bf16_mixed":
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    kwargs["offload_policy"] = (CPUOffloadPolicy(pin_memory=device.type == "cuda")
+                                if knobs["offload"] == "optimizer" else OffloadPolicy())
+    reshard = sharding != "fsdp2_grad_op"
+    for blocks in parts.regions.values():
+        for block in blocks:
+            fully_shard(block, reshard_after_forward=reshard, **kwargs)
+    fully_shard(parts.model, reshard_after_forward=False, **kwargs)
+    if dist.get_backend() == "gloo":
+        # gloo has no AVG reduction: FSDP2 would sum gradients across ranks (PT #162338)
+        for module in parts.model.modules():
+            if hasattr(module, "set_force_sum_reduction_for_comms"):
+                module.set_force_sum_reduction_for_comms(True)
+    return parts.model

@@ -1,0 +1,78 @@
+"""The one place where knobs turn a workload's model into a training step.
+
+Order (torchtitan's): precision -> recompute per block -> compile per block -> fully_shard per
+block, then the root (or DDP) -> optimizer over what remains trainable."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.profiler import record_function
+
+from benchbay.knobs import compile as compile_knob
+from benchbay.knobs import precision, recompute, sharding
+from benchbay.knobs.offload import CPUOffloadedOptimizer
+from benchbay.workloads.base import TrainingWorkload
+
+
+def skip_reason(knobs: dict[str, Any], device: torch.device, world_size: int) -> str | None:
+    """Why this combination of generic knobs cannot run here (None if it can)."""
+    if knobs["cuda_graph"] != "off" and device.type != "cuda":
+        return f"cuda_graph={knobs['cuda_graph']} needs a CUDA device (running on {device.type})"
+    if knobs["cuda_graph"] == "step" and knobs["compile"] == "off":
+        return "cuda_graph=step runs the compiled regions as CUDA graphs: it needs compile != off"
+    if knobs["cuda_graph"] == "step" and knobs["sharding"].startswith("fsdp2"):
+        return "cuda_graph=step with FSDP2: all-gathered parameters change address every step (re-recording)"
+    return sharding.skip_reason(knobs, world_size)
+
+
+@dataclass
+class TrainStep:
+    """zero_grad -> loss (under autocast) -> backward -> clip 1.0 -> optimizer step."""
+
+    workload: TrainingWorkload
+    model: nn.Module
+    params: list[nn.Parameter]
+    optimizer: Any
+    autocast: Callable[[], contextlib.AbstractContextManager]
+    graphs: bool
+
+    def __call__(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        with self.autocast():
+            loss, parts = self.workload.loss(self.model, batch)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            self.optimizer.step()
+        # clone: outputs of CUDA-graphed code are overwritten by the next replay
+        return loss.detach().clone(), grad_norm.detach().clone(), {k: v.detach().clone() for k, v in parts.items()}
+
+
+def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.device) -> TrainStep:
+    if knobs["deterministic"]:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+    parts = workload.build()
+    for module in parts.frozen:
+        module.requires_grad_(False).eval()
+    precision.apply(parts, knobs["precision"])
+    recompute.apply(parts, knobs["recompute"])
+    compile_knob.apply(parts, knobs["compile"], knobs["cuda_graph"])
+    model = sharding.apply(parts, knobs, device)
+    params = [p for p in parts.model.parameters() if p.requires_grad]
+    if knobs["offload"] == "optimizer" and knobs["sharding"] == "none":
+        optimizer = CPUOffloadedOptimizer(params, workload.optimizer)
+    else:
+        optimizer = workload.optimizer(params)
+    fsdp = knobs["sharding"].startswith("fsdp2")
+    return TrainStep(workload, model, params, optimizer,
+                     lambda: precision.autocast(knobs["precision"], device, fsdp),
+                     graphs=knobs["cuda_graph"] == "step")

@@ -1,0 +1,1 @@
+"""Launchers: how a sweep point gets its own process (or torchrun process group)."""

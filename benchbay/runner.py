@@ -1,0 +1,214 @@
+"""Run a suite: every point in its own process, one record per point and repeat appended to the
+store as soon as it is known; the sweep always goes on; Ctrl-C keeps what was measured."""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from benchbay import store
+from benchbay.analysis.mfu import peak_flops_for
+from benchbay.collect.env import fingerprint
+from benchbay.launch.process import Launch, run_point
+from benchbay.suite import Point, Suite, point_id
+
+
+@dataclass
+class RunSummary:
+    run: Path
+    counts: dict[str, int]
+    interrupted: bool = False
+
+
+def device_type(suite: Suite) -> str:
+    if suite.devices.type != "auto":
+        return suite.devices.type
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def derived_metrics(metrics: dict[str, Any], world_size: int, gpu: str | None) -> dict[str, Any]:
+    """Throughput and MFU from the worker's step time, samples per step and FLOPs."""
+    step, samples = metrics.get("step_time_s"), metrics.get("samples_per_step")
+    out: dict[str, Any] = {"samples_per_s": None, "samples_per_s_per_gpu": None, "mfu": None,
+                           "peak_flops": peak_flops_for(gpu) if gpu else None}
+    if step and samples:
+        out["samples_per_s_per_gpu"] = samples / step
+        out["samples_per_s"] = samples * world_size / step
+        flops = metrics.get("flops_per_sample")
+        if flops and out["peak_flops"]:
+            out["mfu"] = flops * out["samples_per_s_per_gpu"] / out["peak_flops"]
+    return out
+
+
+class SuiteRunner:
+    def __init__(self, suite: Suite, results_root: str | Path = "results", console: Console | None = None,
+                 resume: str | bool = False, launch: Launch | None = None):
+        self.suite = suite
+        self.root = Path(results_root)
+        self.console = console or Console(stderr=True)
+        self.env = fingerprint()
+        self.device = device_type(suite)
+        d = suite.devices
+        self.launch = launch or Launch(d.nproc, d.nnodes, d.node_rank, d.rdzv_endpoint)
+        self.run = self._pick_run(resume)
+        self.done = {(r["point_id"], r.get("repeat", 0)) for r in store.read_records(self.run)
+                     if r.get("env", {}).get("machine_key") == self.env["machine_key"]}
+        self._scratch = Path(tempfile.mkdtemp(prefix="benchbay-"))
+
+    def _pick_run(self, resume: str | bool) -> Path:
+        if resume:
+            run = (store.run_dir(self.root, self.suite.name, resume) if isinstance(resume, str)
+                   else store.latest_run(self.root, self.suite.name, self.env["machine_key"]))
+            if run is None or not run.exists():
+                raise FileNotFoundError(f"nothing to resume for suite {self.suite.name!r} on "
+                                        f"{self.env['machine_key']} under {self.root}")
+            return run
+        return store.run_dir(self.root, self.suite.name, store.new_run_id())
+
+    # ---- one point ------------------------------------------------------------------------------
+    def spec(self, point: Point) -> dict[str, Any]:
+        steps = self.suite.steps
+        return {"workload": self.suite.workload, "params": self.suite.params, "knobs": point.knobs,
+                "steps": {"warmup": steps.warmup, "measure": steps.measure, "steady": steps.steady},
+                "device": self.device, "profile": point.label in self.suite.profile if point.label else False}
+
+    def measure(self, point: Point, repeat: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run (or skip) one point, append its record, return it."""
+        started = dt.datetime.now(dt.timezone.utc)
+        t0 = time.perf_counter()
+        if point.excluded:
+            outcome = {"status": "skipped", "reason": point.excluded, "metrics": {}, "series": {}, "extra": {}}
+        else:
+            workdir = self._scratch / f"{point.point_id}-{repeat}"
+            outcome = run_point(self.spec(point), workdir, self.suite.timeout, self.launch)
+        world = self.launch.world_size
+        metrics = dict(outcome.get("metrics") or {})
+        metrics.update(derived_metrics(metrics, world, self.env.get("gpu")))
+        record = {
+            "schema": 1, "suite": self.suite.name, "run_id": self.run.name, "point_id": point.point_id,
+            "label": point.label, "repeat": repeat, "workload": self.suite.workload, "params": self.suite.params,
+            "knobs": point.knobs, "status": outcome["status"], "reason": outcome.get("reason"),
+            "metrics": metrics, "series": outcome.get("series") or {},
+            "extra": {**(outcome.get("extra") or {}), **(extra or {})},
+            "world_size": world, "ranks": outcome.get("ranks", []), "env": self.env,
+            "started_at": started.isoformat(timespec="seconds"), "duration_s": time.perf_counter() - t0,
+        }
+        if outcome.get("traceback"):
+            record["extra"]["traceback"] = outcome["traceback"]
+        store.append_record(self.run, record)
+        self.done.add((point.point_id, repeat))
+        return record
+
+    # ---- the sweep ------------------------------------------------------------------------------
+    def tasks(self) -> list[tuple[Point, int]]:
+        points = self.suite.expand()
+        if self.suite.search:  # one configuration per distinct point without the searched knob
+            seen: dict[str, Point] = {}
+            for p in points:
+                seen.setdefault(_config_id(self.suite, p), p)
+            points = list(seen.values())
+        return [(p, r) for p in points for r in range(self.suite.repeats)]
+
+    def run_all(self) -> RunSummary:
+        tasks = self.tasks()
+        manifest = {"suite": self.suite.name, "suite_file": self.suite.path, "suite_as_run": self.suite.raw,
+                    "run_id": self.run.name, "env": self.env, "device": self.device,
+                    "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    "points": len(tasks), "state": "running"}
+        manifest = {**manifest, **{k: v for k, v in store.read_manifest(self.run).items() if k == "started_at"}}
+        store.write_manifest(self.run, manifest)
+        counts: dict[str, int] = {}
+        interrupted = False
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[last]}"))
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            bar = progress.add_task(self.suite.name, total=len(tasks), last="")
+            try:
+                for i, (point, repeat) in enumerate(tasks, 1):
+                    if (point.point_id, repeat) in self.done and not self.suite.search:
+                        progress.advance(bar)
+                        continue
+                    name = point.label or f"point {point.index}"
+                    progress.update(bar, description=f"{self.suite.name} [{i}/{len(tasks)}] {name}")
+                    if self.suite.search:
+                        records = self._search(point, repeat)
+                    else:
+                        records = [self.measure(point, repeat)]
+                    for record in records:
+                        counts[record["status"]] = counts.get(record["status"], 0) + 1
+                        line = describe(record)
+                        progress.console.print(f"  {line}")
+                    progress.update(bar, advance=1, last=line)
+            except KeyboardInterrupt:
+                interrupted = True
+                self.console.print(f"[yellow]interrupted: records so far are kept in {self.run}; "
+                                   f"continue with --resume {self.run.name}[/yellow]")
+        manifest.update(state="interrupted" if interrupted else "complete",
+                        finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+        store.write_manifest(self.run, manifest)
+        return RunSummary(self.run, counts, interrupted)
+
+    def _search(self, config: Point, repeat: int) -> list[dict[str, Any]]:
+        """Largest feasible value of the searched knob for this configuration (each probe a
+        process of its own and a record of its own)."""
+        from benchbay.analysis.batch_search import largest_feasible
+
+        search = self.suite.search
+        group = _config_id(self.suite, config)
+        records: list[dict[str, Any]] = []
+
+        def probe(value: int) -> bool:
+            knobs = {**config.knobs, search.knob: value}
+            point = replace(config, knobs=knobs, point_id=point_id(self.suite.workload, self.suite.params, knobs))
+            if (point.point_id, repeat) in self.done:  # resumed: reuse the stored probe
+                stored = [r for r in store.read_records(self.run)
+                          if r["point_id"] == point.point_id and r.get("repeat", 0) == repeat]
+                record = stored[-1]
+            else:
+                record = self.measure(point, repeat, extra={"search_group": group, "search_knob": search.knob})
+            records.append(record)
+            return feasible(record, search.headroom_gib, search.zero_retries)
+
+        largest, _ = largest_feasible(probe, search.min, search.max)
+        if records:
+            records[-1]["extra"]["search_largest"] = largest
+        return records
+
+
+def feasible(record: dict[str, Any], headroom_gib: float | None, zero_retries: bool) -> bool:
+    if record["status"] != "ok":
+        return False
+    m = record["metrics"]
+    if zero_retries and (m.get("alloc_retries") or 0) > 0:
+        return False
+    if headroom_gib is not None and m.get("device_mem_total_gib") and m.get("peak_mem_reserved_gib") is not None:
+        return m["peak_mem_reserved_gib"] <= m["device_mem_total_gib"] - headroom_gib
+    return True
+
+
+def _config_id(suite: Suite, point: Point) -> str:
+    knobs = {k: v for k, v in point.knobs.items() if k != suite.search.knob}
+    return point_id(suite.workload, suite.params, knobs)
+
+
+def describe(record: dict[str, Any]) -> str:
+    m = record["metrics"]
+    name = record.get("label") or record["point_id"]
+    knob = f" mbs={record['knobs']['mbs']}" if "mbs" in record["knobs"] and "mbs=" not in name else ""
+    if record["status"] == "ok":
+        rate = m.get("samples_per_s_per_gpu")
+        mem = m.get("peak_mem_allocated_gib")
+        parts = [f"{m['step_time_s'] * 1e3:.1f} ms/step" if m.get("step_time_s") else "",
+                 f"{rate:.2f} samples/s/GPU" if rate else "", f"{mem:.1f} GiB" if mem else ""]
+        return f"ok {name}{knob}: " + ", ".join(p for p in parts if p)
+    return f"{record['status']} {name}{knob}: {record.get('reason') or ''}"[:300]
+

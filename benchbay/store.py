@@ -1,0 +1,126 @@
+"""The append-only results store: ``results/<suite>/<run-id>/records.jsonl`` (one JSON line per
+point and repeat, each appended with flush + fsync) beside ``manifest.json`` (the suite as run,
+the environment, the run's state). Loading any set of runs gives one flat DataFrame."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+RECORDS = "records.jsonl"
+MANIFEST = "manifest.json"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def run_dir(root: str | Path, suite: str, run_id: str) -> Path:
+    return Path(root) / suite / run_id
+
+
+def append_record(run: Path, record: dict[str, Any]) -> None:
+    """One line, flushed and fsynced: a crash or Ctrl-C loses nothing already appended."""
+    run.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, default=str, allow_nan=True) + "\n"
+    with open(run / RECORDS, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_manifest(run: Path, manifest: dict[str, Any]) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    tmp = run / (MANIFEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, run / MANIFEST)
+
+
+def read_manifest(run: Path) -> dict[str, Any]:
+    path = Path(run) / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def read_records(run: Path) -> list[dict[str, Any]]:
+    """Every complete record of a run (a torn last line from a hard kill is skipped)."""
+    path = Path(run) / RECORDS
+    if not path.exists():
+        return []
+    records = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            warnings.warn(f"{path}:{n}: skipping an incomplete record", stacklevel=2)
+    return records
+
+
+def find_runs(paths: Iterable[str | Path], root: str | Path = "results") -> list[Path]:
+    """Run folders named by the arguments: a run folder, a records.jsonl, a suite folder (all its
+    runs), a suite name or a run id under ``root``."""
+    runs: list[Path] = []
+    for item in paths:
+        path = Path(item)
+        if path.name == RECORDS:
+            path = path.parent
+        if not path.exists() and (Path(root) / item).exists():
+            path = Path(root) / item
+        if not path.exists():
+            matches = sorted(Path(root).glob(f"*/{item}"))
+            if not matches:
+                raise FileNotFoundError(f"no run, suite folder or records file called {item!r} (looked under {root})")
+            path = matches[-1]
+        if (path / RECORDS).exists():
+            runs.append(path)
+        else:
+            found = sorted(p.parent for p in path.glob(f"*/{RECORDS}"))
+            if not found:
+                raise FileNotFoundError(f"{path}: holds no {RECORDS}")
+            runs.extend(found)
+    return runs
+
+
+def latest_run(root: str | Path, suite: str, machine_key: str | None = None) -> Path | None:
+    """The newest run of a suite (on this machine key, when given)."""
+    for run in sorted((Path(root) / suite).glob("*/"), reverse=True):
+        if not (run / MANIFEST).exists():
+            continue
+        if machine_key is None or read_manifest(run).get("env", {}).get("machine_key") == machine_key:
+            return run
+    return None
+
+
+def load_runs(paths: Iterable[str | Path], root: str | Path = "results") -> pd.DataFrame:
+    """All records of the named runs as one flat DataFrame (see benchbay.analysis.frame)."""
+    from benchbay.analysis.frame import records_to_frame
+
+    records = [r for run in find_runs(paths, root) for r in read_records(run)]
+    return records_to_frame(records)
+
+
+def export(df: pd.DataFrame, path: str | Path) -> Path:
+    """Parquet or CSV by the file's suffix (list columns are kept in Parquet, JSON text in CSV)."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        df.to_parquet(path)
+    elif path.suffix == ".csv":
+        flat = df.copy()
+        for col in flat.columns:
+            if flat[col].map(lambda v: isinstance(v, (list, dict))).any():
+                flat[col] = flat[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
+        flat.to_csv(path, index=False)
+    else:
+        raise ValueError(f"{path}: export as .parquet or .csv")
+    return path

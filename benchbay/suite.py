@@ -1,0 +1,397 @@
+"""Suite files: loading, validation into typed configs, and expansion into sweep points.
+
+Validation collects every problem (file, key path, what was expected) before anything runs."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchbay import knobs as knob_table
+from benchbay.workloads import registry
+from benchbay.workloads.base import Workload
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true/false, so ``compile: off`` stays the string 'off'."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                              list("tTfF"))
+
+
+def parse_scalar(text: str) -> Any:
+    """A command-line value as YAML reads it (``4`` -> 4, ``[1,2]`` -> list, ``off`` -> 'off')."""
+    return yaml.load(text, Loader=_Loader)
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    key: str
+    expected: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.key}: {self.expected}"
+
+
+class SuiteError(ValueError):
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("invalid suite:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class Steps:
+    warmup: int = 3
+    measure: int = 10
+    #: 'all' = every measured step; 'auto' = from where step times stop trending; [a, b) = step indices
+    steady: str | tuple[int, int] = "all"
+
+
+@dataclass(frozen=True)
+class Devices:
+    type: str = "auto"  # auto | cpu | cuda
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = "127.0.0.1:29400"
+
+
+@dataclass(frozen=True)
+class Search:
+    """Largest feasible value of ``knob`` per configuration: doubling from min, then bisection."""
+
+    knob: str = "mbs"
+    min: int = 1
+    max: int = 256
+    headroom_gib: float | None = None  # also require peak reserved <= device memory - headroom
+    zero_retries: bool = False  # also require no allocator retries
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int
+    label: str | None
+    knobs: dict[str, Any]
+    point_id: str
+    excluded: str | None = None  # reason, when an exclude rule matched
+
+
+@dataclass
+class Suite:
+    name: str
+    workload: str
+    path: str = "<suite>"
+    description: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    knobs: dict[str, Any] = field(default_factory=dict)
+    points: list[dict[str, Any]] = field(default_factory=list)
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    zip: dict[str, list[Any]] = field(default_factory=dict)
+    exclude: list[dict[str, Any]] = field(default_factory=list)
+    search: Search | None = None
+    steps: Steps = Steps()
+    repeats: int = 1
+    timeout: float = 600.0
+    devices: Devices = Devices()
+    breakdown: list[str] = field(default_factory=list)
+    gate: list[str] = field(default_factory=list)
+    profile: list[str] = field(default_factory=list)  # labels of points to run under the profiler
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def workload_class(self) -> type[Workload]:
+        return registry.resolve(self.workload)
+
+    def expand(self) -> list[Point]:
+        """Every sweep point: explicit points x grid product x zipped axes, excludes marked."""
+        cls = self.workload_class
+        defaults = knob_table.defaults_for(cls)
+        grid_keys = list(self.grid)
+        zip_rows = [dict(zip(self.zip, row)) for row in zip(*self.zip.values())] if self.zip else [{}]
+        out: list[Point] = []
+        for explicit in self.points or [{}]:
+            explicit = dict(explicit)
+            label = explicit.pop("label", None)
+            for values in itertools.product(*(self.grid[k] for k in grid_keys)):
+                for zipped in zip_rows:
+                    varied = {**dict(zip(grid_keys, values)), **zipped}
+                    knobs = {**defaults, **self.knobs, **explicit, **varied}
+                    full_label = label
+                    if label and varied:
+                        full_label = label + " " + " ".join(f"{k}={v}" for k, v in varied.items())
+                    out.append(Point(len(out), full_label, knobs, point_id(self.workload, self.params, knobs),
+                                     _excluded_by(self.exclude, knobs)))
+        return out
+
+
+def point_id(workload: str, params: dict[str, Any], knobs: dict[str, Any]) -> str:
+    """Stable identity of a measurement: the same workload, params and knobs give the same id."""
+    blob = json.dumps({"workload": workload, "params": params, "knobs": knobs}, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def _excluded_by(rules: list[dict[str, Any]], knobs: dict[str, Any]) -> str | None:
+    for i, rule in enumerate(rules):
+        if all(knobs.get(k) == v for k, v in rule.items()):
+            return f"excluded by sweep.exclude[{i}] {rule}"
+    return None
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Suite:
+    """Read, override (``key.path=value``) and validate a suite file; raises SuiteError."""
+    path = Path(path)
+    try:
+        raw = yaml.load(path.read_text(), Loader=_Loader)
+    except FileNotFoundError:
+        raise SuiteError([Problem(str(path), "<file>", "the file does not exist")]) from None
+    except yaml.YAMLError as exc:
+        raise SuiteError([Problem(str(path), "<file>", f"valid YAML ({exc})")]) from None
+    if not isinstance(raw, dict):
+        raise SuiteError([Problem(str(path), "<top level>", "a mapping of suite keys")])
+    for item in overrides:
+        _apply_override(raw, item, str(path))
+    return from_dict(raw, str(path))
+
+
+def _apply_override(raw: dict[str, Any], item: str, file: str) -> None:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise SuiteError([Problem(file, f"--set {item}", "key.path=value")])
+    node = raw
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise SuiteError([Problem(file, f"--set {key}", f"{part!r} to be a mapping")])
+    node[last] = parse_scalar(value)
+
+
+_TOP_KEYS = {"name", "description", "workload", "knobs", "sweep", "steps", "repeats", "timeout", "devices",
+             "breakdown", "gate", "profile"}
+
+
+def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
+    v = _Validator(file)
+    for key in raw:
+        if key not in _TOP_KEYS:
+            v.error(key, f"a known key: {sorted(_TOP_KEYS)}")
+    name = v.typed(raw, "name", str, required=True)
+    workload_name, params, cls = v.workload(raw.get("workload"))
+    knobs = v.mapping(raw, "knobs")
+    sweep = v.mapping(raw, "sweep")
+    for key in sweep:
+        if key not in {"points", "grid", "zip", "exclude", "search"}:
+            v.error(f"sweep.{key}", "one of points, grid, zip, exclude, search")
+    points = v.list_of(sweep, "points", dict, prefix="sweep.")
+    grid = v.mapping(sweep, "grid", prefix="sweep.")
+    zipped = v.mapping(sweep, "zip", prefix="sweep.")
+    exclude = v.list_of(sweep, "exclude", dict, prefix="sweep.")
+    if cls is not None:
+        v.knobs(cls, knobs, "knobs")
+        for i, point in enumerate(points):
+            v.knobs(cls, {k: x for k, x in point.items() if k != "label"}, f"sweep.points[{i}]")
+            if "label" in point and not isinstance(point["label"], str):
+                v.error(f"sweep.points[{i}].label", "a string")
+        for section, axes in (("grid", grid), ("zip", zipped)):
+            for axis, values in axes.items():
+                if not isinstance(values, list) or not values:
+                    v.error(f"sweep.{section}.{axis}", "a non-empty list of values")
+                    continue
+                for j, value in enumerate(values):
+                    v.knob(cls, axis, value, f"sweep.{section}.{axis}[{j}]")
+        for i, rule in enumerate(exclude):
+            v.knobs(cls, rule, f"sweep.exclude[{i}]")
+    lengths = {len(x) for x in zipped.values() if isinstance(x, list)}
+    if len(lengths) > 1:
+        v.error("sweep.zip", f"lists of equal length (got lengths {sorted(lengths)})")
+    search = v.search(sweep.get("search"), cls)
+    steps = v.steps(raw.get("steps", {}))
+    devices = v.devices(raw.get("devices", {}))
+    repeats = v.positive(raw, "repeats", int, 1)
+    timeout = v.positive(raw, "timeout", (int, float), 600)
+    breakdown = v.list_of(raw, "breakdown", str)
+    labels = {p.get("label") for p in points}
+    for i, label in enumerate(breakdown):
+        if label not in labels:
+            v.error(f"breakdown[{i}]", f"a label of sweep.points ({sorted(x for x in labels if x)}), got {label!r}")
+    gate = v.list_of(raw, "gate", str)
+    profile = v.list_of(raw, "profile", str)
+    v.raise_if_any()
+    return Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
+                 params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,
+                 steps=steps, repeats=repeats, timeout=float(timeout), devices=devices, breakdown=breakdown,
+                 gate=gate, profile=profile, raw=raw)
+
+
+class _Validator:
+    def __init__(self, file: str):
+        self.file = file
+        self.problems: list[Problem] = []
+
+    def error(self, key: str, expected: str) -> None:
+        self.problems.append(Problem(self.file, key, expected))
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise SuiteError(self.problems)
+
+    def typed(self, node: dict, key: str, kind, required: bool = False, prefix: str = ""):
+        if key not in node:
+            if required:
+                self.error(prefix + key, f"required ({_kind_name(kind)})")
+            return None
+        value = node[key]
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            self.error(prefix + key, f"{_kind_name(kind)}, got {value!r}")
+            return None
+        return value
+
+    def positive(self, node: dict, key: str, kind, default):
+        value = self.typed(node, key, kind)
+        if value is None:
+            return default
+        if value <= 0:
+            self.error(key, f"a positive number, got {value!r}")
+            return default
+        return value
+
+    def mapping(self, node: dict, key: str, prefix: str = "") -> dict:
+        value = self.typed(node, key, dict, prefix=prefix)
+        return value if value is not None else {}
+
+    def list_of(self, node: dict, key: str, kind, prefix: str = "") -> list:
+        value = self.typed(node, key, list, prefix=prefix)
+        if value is None:
+            return []
+        good = []
+        for i, item in enumerate(value):
+            if isinstance(item, kind):
+                good.append(item)
+            else:
+                self.error(f"{prefix}{key}[{i}]", f"{_kind_name(kind)}, got {item!r}")
+        return good
+
+    def workload(self, node) -> tuple[str, dict, type[Workload] | None]:
+        if node is None:
+            self.error("workload", "required: a registered name "
+                       f"({sorted(registry.available())}) or {{name: ..., params: {{...}}}}")
+            return "", {}, None
+        if isinstance(node, str):
+            node = {"name": node}
+        if not isinstance(node, dict):
+            self.error("workload", "a workload name or a mapping with name and params")
+            return "", {}, None
+        name = self.typed(node, "name", str, required=True, prefix="workload.")
+        params = self.mapping(node, "params", prefix="workload.")
+        if name is None:
+            return "", params, None
+        try:
+            cls = registry.resolve(name)
+        except LookupError as exc:
+            self.error("workload.name", str(exc))
+            return name, params, None
+        for key in params:
+            if key not in cls.params:
+                self.error(f"workload.params.{key}", f"a parameter of {name}: {sorted(cls.params)}")
+        return name, params, cls
+
+    def knobs(self, cls: type[Workload], values: dict, where: str) -> None:
+        for key, value in values.items():
+            self.knob(cls, key, value, f"{where}.{key}")
+
+    def knob(self, cls: type[Workload], name: str, value, where: str) -> None:
+        specs = knob_table.specs_for(cls)
+        if name not in specs:
+            self.error(where, f"a known knob of {cls.name}: {sorted(specs)}")
+            return
+        expected = knob_table.check_value(cls, name, value)
+        if expected:
+            self.error(where, f"{expected}, got {value!r}")
+
+    def steps(self, node) -> Steps:
+        if not isinstance(node, dict):
+            self.error("steps", "a mapping with warmup, measure, steady")
+            return Steps()
+        for key in node:
+            if key not in ("warmup", "measure", "steady"):
+                self.error(f"steps.{key}", "one of warmup, measure, steady")
+        warmup = node.get("warmup", Steps.warmup)
+        measure = node.get("measure", Steps.measure)
+        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+            self.error("steps.warmup", f"an integer >= 0, got {warmup!r}")
+        if not isinstance(measure, int) or isinstance(measure, bool) or measure < 1:
+            self.error("steps.measure", f"an integer >= 1, got {measure!r}")
+        steady = node.get("steady", "all")
+        if isinstance(steady, list) and len(steady) == 2 and all(isinstance(x, int) for x in steady):
+            steady = tuple(steady)
+        elif steady not in ("all", "auto"):
+            self.error("steps.steady", f"'all', 'auto' or [first, end) step indices, got {steady!r}")
+            steady = "all"
+        return Steps(warmup if isinstance(warmup, int) else 3, measure if isinstance(measure, int) else 10, steady)
+
+    def devices(self, node) -> Devices:
+        if not isinstance(node, dict):
+            self.error("devices", "a mapping with type, nproc")
+            return Devices()
+        allowed = {"type", "nproc", "nnodes", "node_rank", "rdzv_endpoint"}
+        for key in node:
+            if key not in allowed:
+                self.error(f"devices.{key}", f"one of {sorted(allowed)}")
+        kind = node.get("type", "auto")
+        if kind not in ("auto", "cpu", "cuda"):
+            self.error("devices.type", f"one of ['auto', 'cpu', 'cuda'], got {kind!r}")
+        ints = {}
+        for key in ("nproc", "nnodes", "node_rank"):
+            value = node.get(key, getattr(Devices, key))
+            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "node_rank" else 1):
+                self.error(f"devices.{key}", f"a {'non-negative' if key == 'node_rank' else 'positive'} integer, "
+                           f"got {value!r}")
+                value = getattr(Devices, key)
+            ints[key] = value
+        endpoint = self.typed(node, "rdzv_endpoint", str, prefix="devices.") or Devices.rdzv_endpoint
+        return Devices(kind, rdzv_endpoint=endpoint, **ints)
+
+    def search(self, node, cls) -> Search | None:
+        if node is None:
+            return None
+        if not isinstance(node, dict):
+            self.error("sweep.search", "a mapping with knob, min, max")
+            return None
+        allowed = {"knob", "min", "max", "headroom_gib", "zero_retries"}
+        for key in node:
+            if key not in allowed:
+                self.error(f"sweep.search.{key}", f"one of {sorted(allowed)}")
+        knob = node.get("knob", "mbs")
+        if cls is not None and knob not in knob_table.specs_for(cls):
+            self.error("sweep.search.knob", f"a known knob of {cls.name}")
+        lo, hi = node.get("min", 1), node.get("max", 256)
+        if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+            self.error("sweep.search", f"integers 1 <= min <= max, got min={lo!r} max={hi!r}")
+            return None
+        headroom = node.get("headroom_gib")
+        if headroom is not None and not isinstance(headroom, (int, float)):
+            self.error("sweep.search.headroom_gib", f"a number of GiB, got {headroom!r}")
+            headroom = None
+        return Search(knob, lo, hi, headroom, bool(node.get("zero_retries", False)))
+
+
+def _kind_name(kind) -> str:
+    names = {str: "a string", int: "an integer", dict: "a mapping", list: "a list", bool: "true or false"}
+    if isinstance(kind, tuple):
+        return "a number"
+    return names.get(kind, kind.__name__)

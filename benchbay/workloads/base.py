@@ -1,0 +1,128 @@
+"""The protocol a training step implements to be measured by benchbay.
+
+A workload builds its model for one sweep point, makes synthetic batches, and computes the loss.
+The harness owns everything else (precision, recompute, compile, CUDA graphs, sharding, the
+optimizer step, timing), so a knob is implemented once, in ``benchbay.knobs``, for every workload.
+
+Minimal user workload (``workload: mypkg.bench:MyStep`` in a suite)::
+
+    class MyStep(TrainingWorkload):
+        name = "mystep"
+        def build(self):
+            model = MyModel().to(self.device)
+            return ModelParts(model=model, regions={"blocks": list(model.layers)})
+        def batch(self, step):
+            return torch.randn(self.mbs, 128, device=self.device)
+        def loss(self, model, batch):
+            return model(batch).pow(2).mean(), {}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A workload-specific knob: its allowed values (first is the default) and what it does."""
+
+    values: tuple[Any, ...]
+    help: str = ""
+
+    @property
+    def default(self) -> Any:
+        return self.values[0]
+
+
+@dataclass
+class ModelParts:
+    """What ``Workload.build`` returns.
+
+    model:   the trained module; the root for whole-model compile, DDP and the last fully_shard.
+    regions: named lists of repeated blocks (e.g. {"blocks": [...]}) that recompute, regional
+             compile and per-block fully_shard act on; ``compile: a+b`` names regions.
+    frozen:  modules run without grad inside the step (encoders); never optimised or sharded
+             by the harness.
+    """
+
+    model: nn.Module
+    regions: dict[str, list[nn.Module]] = field(default_factory=dict)
+    frozen: list[nn.Module] = field(default_factory=list)
+
+
+class Workload:
+    """What every workload shares: a name, its own knobs and params, samples per step."""
+
+    name: ClassVar[str] = "workload"
+    #: knobs only this workload understands, e.g. {"attention": Choice(("flex", "sdpa"))}
+    knobs: ClassVar[dict[str, Choice]] = {}
+    #: parameters a suite may give under ``workload.params`` with their defaults
+    params: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, params: dict[str, Any], knobs: dict[str, Any], device: torch.device):
+        unknown = set(params) - set(self.params)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown params {sorted(unknown)}; known: {sorted(self.params)}")
+        self.params = {**type(self).params, **params}
+        self.knob_values = knobs
+        self.device = device
+
+    @property
+    def mbs(self) -> int:
+        return int(self.knob_values.get("mbs", 1))
+
+    def samples_per_step(self) -> int:
+        return self.mbs
+
+    def flops_per_sample(self) -> dict[str, float]:
+        """Analytic FLOPs of one sample: {"train": fwd+bwd of trained parts, "frozen": frozen fwd}."""
+        return {}
+
+    def skip_reason(self) -> str | None:
+        """Why this point cannot run on this machine (None if it can); becomes a ``skipped`` record."""
+        return None
+
+    def extra_metrics(self) -> dict[str, Any]:
+        """Workload-specific figures to store in the record after the measured steps."""
+        return {}
+
+
+class StepWorkload(Workload):
+    """A workload whose step is not a training step (e.g. decoding one sample): the harness only
+    times ``step``; it applies no training knobs."""
+
+    def setup(self) -> None:
+        """Open files, build decoders... (not timed)."""
+
+    def step(self, index: int) -> float | None:
+        """One timed step; may return a loss-like value to record."""
+        raise NotImplementedError
+
+
+class TrainingWorkload(Workload):
+    """A training step. Subclasses implement build/batch/loss; the harness applies the knobs."""
+
+    #: region names this workload's ``build`` returns (``compile`` values are validated against them)
+    regions: ClassVar[tuple[str, ...]] = ("blocks",)
+
+    # --- to implement -------------------------------------------------------------------------
+    def build(self) -> ModelParts:
+        """Build the model on ``self.device`` (fp32 weights, random init)."""
+        raise NotImplementedError
+
+    def batch(self, step: int) -> Any:
+        """A synthetic batch of ``self.mbs`` samples, on ``self.device``."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Forward pass and loss; returns (loss, named loss parts to log). No backward here."""
+        raise NotImplementedError
+
+    # --- optional -----------------------------------------------------------------------------
+    def optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        """The optimizer over the trainable parameters (after sharding)."""
+        return torch.optim.AdamW(params, lr=1e-5)

@@ -1,0 +1,141 @@
+"""The runner: isolated points, every failure recorded as its status, the sweep goes on,
+Ctrl-C and SIGKILL lose nothing, --resume completes the rest."""
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from benchbay import store
+from benchbay.runner import SuiteRunner
+from benchbay.suite import load
+from tests.conftest import TINY, benchbay_cmd, write_suite
+
+RECORD_FIELDS = {"schema", "suite", "run_id", "point_id", "label", "repeat", "workload", "params", "knobs", "status",
+                 "reason", "metrics", "series", "extra", "world_size", "ranks", "env", "started_at", "duration_s"}
+METRICS = {"step_time_s", "step_time_mean_s", "step_time_p10_s", "step_time_p90_s", "step_time_cv", "first_step_s",
+           "samples_per_step", "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu",
+           "peak_mem_allocated_gib", "peak_mem_reserved_gib", "alloc_retries", "num_ooms", "nvml_mem_used_gib",
+           "host_rss_gib", "cpu_util_mean", "cpu_util_cv", "gpu_util_mean", "gpu_power_w_mean",
+           "gpu_sm_clock_mhz_mean", "warmup_steps", "measured_steps"}
+ENV = {"machine_key", "gpu", "gpu_count", "driver", "cuda", "torch", "python", "cpu", "cpu_count", "git_commit",
+       "packages"}
+
+
+def test_smoke_suite_records_every_field(tmp_path, in_repo):
+    path = write_suite(tmp_path / "smoke.yaml", f"""
+name: smoke
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+sweep: {{grid: {{mbs: [1, 2], recompute: ["off", full]}}}}
+steps: {{warmup: 2, measure: 4}}
+timeout: 120
+""")
+    summary = SuiteRunner(load(path), tmp_path / "results").run_all()
+    assert summary.counts == {"ok": 4}
+    records = store.read_records(summary.run)
+    assert len(records) == 4
+    for r in records:
+        assert RECORD_FIELDS <= set(r), RECORD_FIELDS - set(r)
+        assert METRICS <= set(r["metrics"]), METRICS - set(r["metrics"])
+        assert ENV <= set(r["env"])
+        assert len(r["series"]["step_times_s"]) == 6 and len(r["series"]["losses"]) == 6
+        m = r["metrics"]
+        assert m["measured_steps"] == 4 and m["warmup_steps"] == 2
+        assert m["samples_per_s_per_gpu"] == pytest.approx(r["knobs"]["mbs"] / m["step_time_s"])
+        assert m["step_time_p10_s"] <= m["step_time_s"] <= m["step_time_p90_s"]
+    manifest = store.read_manifest(summary.run)
+    assert manifest["state"] == "complete" and manifest["suite_as_run"]["name"] == "smoke"
+    df = store.load_runs([summary.run])
+    for col in ("suite", "run_id", "mbs", "recompute", "status", "step_time_s", "step_time_cv", "samples_per_s",
+                "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib"):
+        assert col in df.columns
+    assert sorted(df["mbs"]) == [1, 1, 2, 2]
+
+
+def test_fault_suite_records_each_failure_and_keeps_healthy_points(tmp_path, in_repo):
+    path = write_suite(tmp_path / "faults.yaml", f"""
+name: faults
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+sweep:
+  points:
+    - {{label: healthy}}
+    - {{label: oom, fault: oom}}
+    - {{label: cpu_oom, fault: cpu_oom}}
+    - {{label: segv, fault: segv}}
+    - {{label: hang, fault: hang}}
+    - {{label: nan, fault: nan}}
+    - {{label: raise, fault: raise}}
+    - {{label: graphs, cuda_graph: attention}}
+    - {{label: healthy2, mbs: 2}}
+steps: {{warmup: 1, measure: 2}}
+timeout: 30
+""")
+    summary = SuiteRunner(load(path), tmp_path / "results", resume=False).run_all()
+    by_label = {r["label"]: r for r in store.read_records(summary.run)}
+    assert {k: v["status"] for k, v in by_label.items()} == {
+        "healthy": "ok", "oom": "oom", "cpu_oom": "oom", "segv": "crash", "hang": "timeout", "nan": "diverged",
+        "raise": "error", "graphs": "skipped", "healthy2": "ok"}
+    assert by_label["oom"]["metrics"]["oom_step"] == 0
+    assert "out of memory at step 0" in by_label["oom"]["reason"]
+    assert by_label["segv"]["metrics"]["signal"] == "SIGSEGV" and "SIGSEGV" in by_label["segv"]["reason"]
+    assert "30 s" in by_label["hang"]["reason"]
+    assert "non-finite loss at step 0" in by_label["nan"]["reason"]
+    assert "ValueError: fixture failure" in by_label["raise"]["reason"]
+    assert "needs a CUDA device" in by_label["graphs"]["reason"]
+    assert by_label["healthy2"]["metrics"]["step_time_s"] > 0
+
+
+def _slow_suite(tmp_path):
+    return write_suite(tmp_path / "slow.yaml", f"""
+name: slow
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+sweep: {{grid: {{seed: [0, 1, 2, 3, 4]}}}}
+steps: {{warmup: 1, measure: 2}}
+timeout: 120
+""")
+
+
+def _wait_for_records(path, n, proc, limit=120):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= n:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError("no records appeared")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env, sig):
+    suite = _slow_suite(tmp_path)
+    results = tmp_path / "results"
+    proc = subprocess.Popen(benchbay_cmd("run", str(suite), "--results", str(results), "--no-report"),
+                            env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    records = None
+    deadline = time.time() + 120
+    while records is None and time.time() < deadline:
+        found = list(results.glob("slow/*/records.jsonl"))
+        records = found[0] if found else None
+        time.sleep(0.2)
+    assert records is not None
+    _wait_for_records(records, 1, proc)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    kept = store.read_records(records.parent)
+    assert 1 <= len(kept) < 5
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "interrupted" in out
+        assert store.read_manifest(records.parent)["state"] == "interrupted"
+    done = subprocess.run(benchbay_cmd("run", str(suite), "--results", str(results), "--no-report", "--resume"),
+                          env=cli_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    final = store.read_records(records.parent)
+    assert len(final) == 5
+    assert sorted(r["knobs"]["seed"] for r in final) == [0, 1, 2, 3, 4]
+    assert [json.dumps(r, sort_keys=True) for r in final[:len(kept)]] == \
+        [json.dumps(r, sort_keys=True) for r in kept]

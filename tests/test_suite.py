@@ -1,0 +1,99 @@
+"""Suite files: validation names the file, key and expectation; expansion and overrides."""
+
+import pytest
+
+from benchbay.suite import SuiteError, load, point_id
+from tests.conftest import TINY, write_suite
+
+GOOD = f"""
+name: s
+workload: {{name: "{TINY}", params: {{width: 8}}}}
+knobs: {{precision: fp32}}
+sweep:
+  points:
+    - {{label: base}}
+    - {{label: rc, recompute: full}}
+  grid: {{mbs: [1, 2, 4]}}
+  zip: {{seed: [0, 1], fault: [none, none]}}
+  exclude: [{{recompute: full, mbs: 4}}]
+steps: {{warmup: 1, measure: 2}}
+breakdown: [base, rc]
+"""
+
+
+def test_expand_crosses_points_grid_and_zip(tmp_path):
+    suite = load(write_suite(tmp_path / "s.yaml", GOOD))
+    points = suite.expand()
+    assert len(points) == 2 * 3 * 2
+    excluded = [p for p in points if p.excluded]
+    assert len(excluded) == 2 and all(p.knobs["recompute"] == "full" and p.knobs["mbs"] == 4 for p in excluded)
+    assert "sweep.exclude[0]" in excluded[0].excluded
+    # defaults fill every knob; fixed knobs apply; labels carry the varied values
+    assert all(p.knobs["precision"] == "fp32" and p.knobs["compile"] == "off" for p in points)
+    assert points[0].label == "base mbs=1 seed=0 fault=none"
+    assert len({p.point_id for p in points}) == len(points)
+
+
+def test_off_stays_a_string(tmp_path):
+    suite = load(write_suite(tmp_path / "s.yaml", GOOD.replace("precision: fp32", "precision: fp32, compile: off")))
+    assert suite.knobs["compile"] == "off"
+
+
+def test_overrides(tmp_path):
+    path = write_suite(tmp_path / "s.yaml", GOOD)
+    suite = load(path, ["steps.measure=7", "sweep.grid.mbs=[8]", "knobs.recompute=selective", "repeats=3"])
+    assert suite.steps.measure == 7 and suite.repeats == 3
+    assert {p.knobs["mbs"] for p in suite.expand()} == {8}
+    with pytest.raises(SuiteError, match="knobs.mbs"):
+        load(path, ["knobs.mbs=zero"])
+
+
+def test_point_id_is_stable():
+    assert point_id("w", {"a": 1}, {"x": 1, "y": 2}) == point_id("w", {"a": 1}, {"y": 2, "x": 1})
+    assert point_id("w", {"a": 1}, {"x": 1}) != point_id("w", {"a": 2}, {"x": 1})
+
+
+def test_every_problem_is_reported_with_file_and_key(tmp_path):
+    path = write_suite(tmp_path / "bad.yaml", f"""
+name: 3
+workload: {{name: "{TINY}", params: {{widht: 8}}}}
+knobs: {{precison: bf16, mbs: -1, recompute: sometimes, compile: blocks+nothing}}
+sweep:
+  grid: {{mbs: one}}
+  zip: {{seed: [1, 2], fault: [none]}}
+steps: {{warmup: -1, measure: 0, steady: later}}
+repeats: zero
+devices: {{type: tpu}}
+breakdown: [nope]
+extra_key: 1
+""")
+    with pytest.raises(SuiteError) as info:
+        load(path)
+    text = str(info.value)
+    problems = {p.key: p.expected for p in info.value.problems}
+    assert all(p.file == str(path) for p in info.value.problems)
+    assert "name" in problems and "a string" in problems["name"]
+    assert "workload.params.widht" in problems and "width" in problems["workload.params.widht"]
+    # an unknown knob lists the known ones
+    assert "knobs.precison" in problems and "precision" in problems["knobs.precison"]
+    assert "knobs.mbs" in problems and "positive integer" in problems["knobs.mbs"]
+    assert "one of ['off', 'full', 'selective']" in problems["knobs.recompute"]
+    assert "blocks" in problems["knobs.compile"]
+    for key in ("sweep.grid.mbs", "sweep.zip", "steps.warmup", "steps.measure", "steps.steady", "repeats",
+                "devices.type", "breakdown[0]", "extra_key"):
+        assert key in problems, (key, text)
+
+
+def test_missing_or_unknown_workload(tmp_path):
+    with pytest.raises(SuiteError) as info:
+        load(write_suite(tmp_path / "a.yaml", "name: a\n"))
+    assert [p.key for p in info.value.problems] == ["workload"]
+    with pytest.raises(SuiteError, match="workload.name: unknown workload 'nosuch'"):
+        load(write_suite(tmp_path / "b.yaml", "name: b\nworkload: nosuch\n"))
+
+
+def test_not_yaml(tmp_path):
+    with pytest.raises(SuiteError, match="valid YAML"):
+        load(write_suite(tmp_path / "c.yaml", "name: [unclosed\n"))
+    with pytest.raises(SuiteError, match="does not exist"):
+        load(tmp_path / "none.yaml")

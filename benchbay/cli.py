@@ -9,7 +9,11 @@ from pathlib import Path
 from rich.console import Console
 
 console = Console()
-err = Console(stderr=True)
+
+
+def _fail(exc: Exception) -> int:
+    print(exc, file=sys.stderr)  # plain: a terminal-width wrap would split file paths and keys
+    return 2
 
 
 def _suite(args):
@@ -24,8 +28,7 @@ def cmd_validate(args) -> int:
     try:
         suite = _suite(args)
     except SuiteError as exc:
-        err.print(f"[red]{exc}[/red]", highlight=False)
-        return 2
+        return _fail(exc)
     points = suite.expand()
     excluded = sum(1 for p in points if p.excluded)
     console.print(f"{args.suite}: valid; {len(points)} points ({excluded} excluded) x {suite.repeats} repeats "
@@ -40,14 +43,12 @@ def cmd_run(args) -> int:
     try:
         suite = _suite(args)
     except SuiteError as exc:
-        err.print(f"[red]{exc}[/red]", highlight=False)
-        return 2
+        return _fail(exc)
     resume = args.resume if args.resume not in (None, "latest") else args.resume == "latest"
     try:
         runner = SuiteRunner(suite, args.results, resume=resume)
     except FileNotFoundError as exc:
-        err.print(f"[red]{exc}[/red]")
-        return 2
+        return _fail(exc)
     summary = runner.run_all()
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing new"
     console.print(f"results: {summary.run} ({counts})")
@@ -91,11 +92,18 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from benchbay.analysis.tables import results_table
+    import pandas as pd
+
+    from benchbay.analysis.tables import point_summary, sweep_table
     from benchbay.store import export, load_runs
 
     df = load_runs(args.runs, args.results)
-    console.print(results_table(df).to_string(index=False), highlight=False)
+    summary = point_summary(df)
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_colwidth", 60,
+                           "display.float_format", "{:.4g}".format):
+        for suite, points in summary.groupby("suite", sort=False):
+            console.print(f"[bold]{suite}[/bold] ({', '.join(sorted(df.loc[df.suite == suite, 'run_id'].unique()))})")
+            console.print(sweep_table(points).to_string(), highlight=False, soft_wrap=True)
     if args.export:
         console.print(f"exported: {export(df, args.export)}")
     return 0

@@ -28,12 +28,3 @@ def apply(parts: ModelParts, value: str, cuda_graph: str) -> None:
         for block in parts.regions[region]:
             block.compile(mode=mode)
 
-
-def compile_time_s() -> float:
-    """Seconds spent in dynamo/inductor so far in this process."""
-    from torch._dynamo.utils import compile_times
-
-    total = 0.0
-    for values in compile_times(repr="raw").values():
-        total += sum(values)
-    return total

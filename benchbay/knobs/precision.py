@@ -21,8 +21,8 @@ def apply(parts: ModelParts, precision: str) -> None:
 
 
 def autocast(precision: str, device: torch.device, fsdp: bool):
-    """The context around the forward: bf16 autocast for bf16_mixed unless FSDP2's
-    MixedPrecisionPolicy already casts the parameters."""
-    if precision == "bf16_mixed" and not fsdp:
+    """The context around the forward: bf16 autocast (for pure bf16 too, so that fp32 inputs
+    meet bf16 weights) unless FSDP2's MixedPrecisionPolicy already casts the parameters."""
+    if precision == "bf16" or precision == "bf16_mixed" and not fsdp:
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -7,6 +7,7 @@ leaves no result file and is classified by the parent (benchbay.launch.process).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -60,6 +61,23 @@ def _steady_window(times: list[float], steps: dict) -> tuple[int, int]:
     return min(warmup, len(times) - 1), len(times)
 
 
+class _NoProfiler(contextlib.nullcontext):
+    def step(self) -> None:
+        pass
+
+    def summary(self) -> dict[str, Any]:
+        return {}
+
+
+def _profiler(spec: dict[str, Any], steps: dict[str, Any]):
+    """torch.profiler over a few steady steps when the point is profiled (benchbay.collect.profile)."""
+    if not spec.get("profile"):
+        return _NoProfiler()
+    from benchbay.collect.profile import StepProfiler
+
+    return StepProfiler(Path(spec["profile_dir"]), warmup=steps["warmup"], active=min(steps["measure"], 3))
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     device_type = spec["device"]
     rank, world, local_rank = _init_distributed(device_type)
@@ -104,13 +122,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 if value is not None:
                     losses.append(torch.as_tensor(value, dtype=torch.float32))
 
-        with SystemSampler(device.index if device.type == "cuda" else None) as sampler:
+        profiler = _profiler(spec, steps)
+        with SystemSampler(device.index if device.type == "cuda" else None) as sampler, profiler:
             for step_index in range(total):
                 if step_index == steps["warmup"]:
                     memory.reset(device)
                 timer.start()
                 one_step(step_index)
                 timer.stop()
+                profiler.step()
         times = timer.times()
     except Exception as exc:  # classified below; the sweep goes on in the parent
         return {**result, **_failure(exc, step_index, device)}
@@ -126,14 +146,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                "samples_per_step": workload.samples_per_step(), "flops_per_sample": flops.get("train"),
                "frozen_flops_per_sample": flops.get("frozen"),
                "measured_steps": end - first, **memory.peak(device), **sampler.summary()}
-    if isinstance(workload, TrainingWorkload) and knobs.get("compile", "off") != "off":
-        from benchbay.knobs.compile import compile_time_s
-
-        metrics["compile_time_s"] = compile_time_s()
     result.update(metrics=metrics,
                   series={"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
                           **sampler.series},
-                  extra=workload.extra_metrics())
+                  extra={**workload.extra_metrics(), **profiler.summary()})
     bad = [i for i, x in enumerate(loss_values) if not math.isfinite(x)]
     if bad:
         result.update(status="diverged", reason=f"non-finite loss at step {bad[0]} ({loss_values[bad[0]]})")

@@ -1,0 +1,60 @@
+"""The results store: append-only records survive a torn write; runs load into one DataFrame."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from benchbay import store
+
+
+def record(i, status="ok", **metrics):
+    return {"schema": 1, "suite": "s", "run_id": "r1", "point_id": f"p{i}", "label": f"L{i}", "repeat": 0,
+            "workload": "w", "params": {"preset": "tiny"}, "knobs": {"mbs": i, "compile": "off"},
+            "status": status, "reason": None, "metrics": {"step_time_s": 0.1 * i, **metrics},
+            "series": {"step_times_s": [0.1 * i] * 3, "losses": [1.0, 0.9, 0.8]}, "extra": {},
+            "world_size": 1, "ranks": [], "env": {"machine_key": "cpu-x", "gpu": None}}
+
+
+def test_append_and_load(tmp_path):
+    run = store.run_dir(tmp_path, "s", "r1")
+    for i in (1, 2):
+        store.append_record(run, record(i))
+    store.write_manifest(run, {"suite": "s", "env": {"machine_key": "cpu-x"}})
+    df = store.load_runs([run])
+    assert list(df["mbs"]) == [1, 2] and list(df["param.preset"]) == ["tiny", "tiny"]
+    assert list(df["step_time_s"]) == pytest.approx([0.1, 0.2])
+    assert df["env.machine_key"].tolist() == ["cpu-x", "cpu-x"]
+    assert df["losses"].iloc[0] == [1.0, 0.9, 0.8]
+    # the same run found by suite folder, run id and records file
+    assert len(store.load_runs(["s"], root=tmp_path)) == 2
+    assert len(store.load_runs(["r1"], root=tmp_path)) == 2
+    assert len(store.load_runs([run / "records.jsonl"])) == 2
+    assert store.latest_run(tmp_path, "s", "cpu-x") == run
+    assert store.latest_run(tmp_path, "s", "other") is None
+
+
+def test_torn_last_line_is_skipped(tmp_path):
+    run = store.run_dir(tmp_path, "s", "r1")
+    store.append_record(run, record(1))
+    with open(run / "records.jsonl", "a") as f:
+        f.write(json.dumps(record(2))[:40])  # a hard kill mid-write
+    with pytest.warns(UserWarning, match="incomplete record"):
+        assert [r["point_id"] for r in store.read_records(run)] == ["p1"]
+
+
+def test_unknown_run_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no run, suite folder or records file called 'nope'"):
+        store.find_runs(["nope"], root=tmp_path)
+
+
+def test_export_csv_and_parquet(tmp_path):
+    run = store.run_dir(tmp_path, "s", "r1")
+    store.append_record(run, record(1))
+    df = store.load_runs([run])
+    back = pd.read_csv(store.export(df, tmp_path / "t.csv"))
+    assert back["step_time_s"].iloc[0] == pytest.approx(0.1)
+    assert json.loads(back["losses"].iloc[0]) == [1.0, 0.9, 0.8]
+    assert pd.read_parquet(store.export(df, tmp_path / "t.parquet"))["mbs"].iloc[0] == 1
+    with pytest.raises(ValueError, match="parquet or .csv"):
+        store.export(df, tmp_path / "t.xlsx")

@@ -109,6 +109,129 @@ def cmd_show(args) -> int:
     return 0
 
 
+def _one_run(ref: str, results: str) -> Path:
+    """A single run: the newest when ``ref`` names a suite folder or suite."""
+    from benchbay.store import find_runs
+
+    runs = find_runs([ref], results)
+    return max(runs, key=lambda p: p.name)
+
+
+def _suite_metas(runs) -> dict:
+    from benchbay.store import read_manifest
+
+    metas = {}
+    for run in runs:
+        manifest = read_manifest(run)
+        if manifest.get("suite_as_run"):
+            metas[manifest["suite"]] = manifest["suite_as_run"]
+    return metas
+
+
+def cmd_report(args) -> int:
+    from benchbay.report import build_report
+    from benchbay.store import find_runs, load_runs
+
+    runs = find_runs(args.runs, args.results)
+    metas = _suite_metas(runs)
+    title = args.title or ", ".join(sorted(metas)) or "benchbay report"
+    out = Path(args.out or Path("reports") / (list(metas)[0] if len(metas) == 1 else "combined"))
+    path = build_report(load_runs(runs), out, title=title, suite_meta=metas)
+    console.print(f"report: {path} (and {path.with_suffix('.md')})")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from benchbay.analysis.compare import compare, format_compare
+    from benchbay.store import load_runs
+
+    table = compare(load_runs([_one_run(args.baseline, args.results)]),
+                    load_runs([_one_run(args.candidate, args.results)]), min_change=args.min_change / 100)
+    print(format_compare(table, only_changes=args.only_changes))
+    return 0
+
+
+def _loss_checks(df, specs: list[str]):
+    from benchbay.analysis.gate import loss_equivalence
+
+    checks = []
+    for spec in specs:
+        parts = spec.split(":")
+        if len(parts) not in (2, 4):
+            raise ValueError(f"--loss-equivalence {spec!r}: expected REFERENCE:CANDIDATE[:RTOL:ATOL] labels")
+        tol = {"rtol": float(parts[2]), "atol": float(parts[3])} if len(parts) == 4 else {}
+        checks.append(loss_equivalence(df, parts[0], parts[1], **tol))
+    return checks
+
+
+def cmd_gate(args) -> int:
+    from benchbay.analysis.gate import gate
+    from benchbay.baselines import find_baseline, run_machine_key
+    from benchbay.store import load_runs, read_manifest
+
+    run = _one_run(args.candidate, args.results)
+    manifest = read_manifest(run)
+    baseline = Path(args.baseline) if args.baseline and Path(args.baseline).is_dir() else find_baseline(
+        args.results, run_machine_key(run), name=args.baseline or manifest.get("suite"), suite=manifest.get("suite"))
+    if baseline is None:
+        text = (f"no baseline for {run_machine_key(run)} (name {args.baseline or manifest.get('suite')!r}) under "
+                f"{args.results}/baselines: nothing was gated; save one with `benchbay baseline save`")
+        exit_code = 1 if args.require_baseline else 0
+    else:
+        candidate = load_runs([run])
+        thresholds = args.threshold or manifest.get("suite_as_run", {}).get("gate") or None
+        try:
+            result = gate(load_runs([baseline]), candidate, thresholds,
+                          loss_checks=_loss_checks(candidate, args.loss_equivalence))
+        except ValueError as exc:
+            return _fail(exc)
+        text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown}"
+        exit_code = result.exit_code
+    print(text)
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(text + "\n")
+    return exit_code
+
+
+def cmd_baseline_save(args) -> int:
+    from benchbay.baselines import save_baseline
+
+    run = _one_run(args.run, args.results)
+    console.print(f"baseline: {save_baseline(run, args.name, args.results)} (from {run})")
+    return 0
+
+
+def cmd_history(args) -> int:
+    import pandas as pd
+
+    from benchbay.analysis.history import history
+    from benchbay.store import load_runs
+
+    table = history(load_runs([args.suite], args.results), args.metric, statistic=args.statistic)
+    columns = [c for c in ("point", "run_id", "git_commit", "started_at", "value", "change_point", "step",
+                           "regression") if c in table]
+    with pd.option_context("display.width", 200, "display.max_colwidth", 50):
+        print(table[columns].to_string(index=False))
+    flagged = table[table["change_point"]] if len(table) else table
+    print(f"\n{len(flagged)} change point(s); {int(flagged['regression'].sum()) if len(flagged) else 0} regression(s)")
+    return 0
+
+
+def cmd_import_pytest_benchmark(args) -> int:
+    from benchbay.pytest_benchmark import import_pytest_benchmark
+
+    console.print(f"imported: {import_pytest_benchmark(args.json, args.results, suite=args.suite)}")
+    return 0
+
+
+def cmd_export_pytest_benchmark(args) -> int:
+    from benchbay.pytest_benchmark import export_pytest_benchmark
+
+    console.print(f"exported: {export_pytest_benchmark(_one_run(args.run, args.results), args.out)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchbay", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -138,6 +261,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results")
     p.add_argument("--export", help="also write the flat table to a .csv or .parquet file")
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("report", help="write the Markdown + HTML report of runs (from the store alone)")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--results", default="results")
+    p.add_argument("--out", help="output folder (default: reports/<suite>)")
+    p.add_argument("--title")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("compare", help="per point and metric: ratio, confidence interval, verdict")
+    p.add_argument("baseline", help="a run (folder, id, or a suite: its newest run)")
+    p.add_argument("candidate")
+    p.add_argument("--results", default="results")
+    p.add_argument("--min-change", type=float, default=2.0, metavar="PERCENT",
+                   help="smallest change that counts (default 2)")
+    p.add_argument("--only-changes", action="store_true")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("gate", help="exit 1 on a regression against the stored baseline of this machine")
+    p.add_argument("candidate", help="a run (folder, id, or a suite: its newest run)")
+    p.add_argument("--results", default="results")
+    p.add_argument("--baseline", help="baseline name under results/baselines/<machine-key>/ or a folder "
+                   "(default: the suite's name)")
+    p.add_argument("--threshold", action="append", default=[], metavar="[KEY=PATTERN/]METRIC[:STAT]:N%",
+                   help="e.g. step_time:median:5%%, peak_mem:2%%, label=+compile/step_time:3%% "
+                   "(default: the suite's gate list)")
+    p.add_argument("--loss-equivalence", action="append", default=[], metavar="REF:CAND[:RTOL:ATOL]",
+                   help="the loss curve of label CAND must follow label REF's")
+    p.add_argument("--markdown", help="also write the summary to this file (CI job summary)")
+    p.add_argument("--require-baseline", action="store_true", help="fail when no baseline exists")
+    p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("baseline", help="manage baselines")
+    bsub = p.add_subparsers(dest="action", required=True)
+    b = bsub.add_parser("save", help="store a run as results/baselines/<machine-key>/<name>/")
+    b.add_argument("run")
+    b.add_argument("--name", required=True)
+    b.add_argument("--results", default="results")
+    b.set_defaults(func=cmd_baseline_save)
+
+    p = sub.add_parser("history", help="a metric across past runs, with change points flagged")
+    p.add_argument("suite")
+    p.add_argument("--metric", default="step_time")
+    p.add_argument("--statistic", default="median")
+    p.add_argument("--results", default="results")
+    p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("import-pytest-benchmark", help="read a pytest-benchmark JSON file into the store")
+    p.add_argument("json")
+    p.add_argument("--suite", default="pytest-benchmark")
+    p.add_argument("--results", default="results")
+    p.set_defaults(func=cmd_import_pytest_benchmark)
+
+    p = sub.add_parser("export-pytest-benchmark", help="write a run as pytest-benchmark JSON")
+    p.add_argument("run")
+    p.add_argument("out")
+    p.add_argument("--results", default="results")
+    p.set_defaults(func=cmd_export_pytest_benchmark)
     return parser
 
 

@@ -182,7 +182,7 @@ def _apply_override(raw: dict[str, Any], item: str, file: str) -> None:
 
 
 _TOP_KEYS = {"name", "description", "workload", "knobs", "sweep", "steps", "repeats", "timeout", "devices",
-             "breakdown", "gate", "profile"}
+             "breakdown", "gate", "profile", "equivalent"}
 
 
 def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
@@ -231,6 +231,10 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
             v.error(f"breakdown[{i}]", f"a label of sweep.points ({sorted(x for x in labels if x)}), got {label!r}")
     gate = v.list_of(raw, "gate", str)
     profile = v.list_of(raw, "profile", str)
+    for i, group in enumerate(v.list_of(raw, "equivalent", list)):  # loss curves that should match
+        for j, label in enumerate(group):
+            if label not in labels:
+                v.error(f"equivalent[{i}][{j}]", f"a label of sweep.points, got {label!r}")
     v.raise_if_any()
     return Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
                  params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,

@@ -1,0 +1,121 @@
+"""The optimisation breakdown: what each optimisation buys, with confidence intervals.
+
+- :func:`waterfall`: the suite's ordered ``breakdown`` labels, each compared with the previous ok
+  step (step time and throughput change) and with the first (cumulative speed-up).
+- :func:`leave_one_out`: the best configuration against itself minus one optimisation: points
+  labelled ``best-<opt>``, and points that differ from the best in exactly one knob or param at the
+  same batch size (``<knob>=<best value>`` names what was removed).
+
+Step-time changes are ratios of medians of the pooled steady-state steps, with a two-stage
+bootstrap interval (repeats, then steps: :func:`benchbay.analysis.stats.bootstrap_ratio`).
+Throughput changes follow from them: the per-GPU samples of one step are fixed by the
+configuration, so throughput ratio = samples-per-step ratio / step-time ratio, interval included.
+When a label names several points (a labelled point crossed with a grid), the first is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchbay.analysis.frame import knob_columns, param_columns
+from benchbay.analysis.stats import bootstrap_ratio
+from benchbay.analysis.tables import OK
+
+BEST_PREFIX = "best-"
+_CHANGE_COLUMNS = ("step_change", "step_change_low", "step_change_high",
+                   "throughput_change", "throughput_change_low", "throughput_change_high")
+
+
+def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95) -> dict[str, float]:
+    """Relative change of step time and throughput from ``base`` to ``cand`` (0.1 = +10 %), with
+    bootstrap bounds (NaN where a side has no per-step samples)."""
+    out = dict.fromkeys(_CHANGE_COLUMNS, np.nan)
+    if base["steady_samples"] and cand["steady_samples"]:
+        est = bootstrap_ratio(base["steady_samples"], cand["steady_samples"], confidence=confidence)
+        ratio, low, high = est.ratio, est.low, est.high
+    else:
+        ratio = cand["step_time_s"] / base["step_time_s"]
+        low = high = np.nan
+    out.update(step_change=ratio - 1, step_change_low=low - 1, step_change_high=high - 1)
+    # samples each GPU processes per step, cand over base (exact: set by the configuration)
+    per_step = ((cand["samples_per_s_per_gpu"] * cand["step_time_s"])
+                / (base["samples_per_s_per_gpu"] * base["step_time_s"]))
+    if np.isfinite(per_step):
+        out.update(throughput_change=per_step / ratio - 1,
+                   throughput_change_low=per_step / high - 1, throughput_change_high=per_step / low - 1)
+    return out
+
+
+def knob_changes(base: pd.Series, cand: pd.Series, columns: Sequence[str]) -> str:
+    """``knob: old -> new`` for every column that differs."""
+    return ", ".join(f"{c.removeprefix('param.')}: {base[c]} -> {cand[c]}"
+                     for c in columns if str(base[c]) != str(cand[c]))
+
+
+def _identity_columns(summary: pd.DataFrame) -> list[str]:
+    return knob_columns(summary) + param_columns(summary)
+
+
+def _first_with_label(summary: pd.DataFrame, label: str) -> pd.Series | None:
+    found = summary[summary["label"] == label] if "label" in summary else summary.iloc[:0]
+    return found.iloc[0] if len(found) else None
+
+
+def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 0.95) -> pd.DataFrame:
+    """One row per label: its figures, its change from the previous ok label, and its throughput
+    relative to the first ok label (``speedup``)."""
+    columns = ["label", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *_CHANGE_COLUMNS, "speedup"]
+    identity = _identity_columns(summary)
+    rows: list[dict[str, Any]] = []
+    previous = first = None
+    for label in labels:
+        point = _first_with_label(summary, label)
+        if point is None:
+            rows.append({"label": label, "status": "missing"})
+            continue
+        row = {"label": label, "status": point["status"], "step_time_s": point["step_time_s"],
+               "samples_per_s_per_gpu": point["samples_per_s_per_gpu"],
+               "changes": knob_changes(previous, point, identity) if previous is not None else ""}
+        if point["status"] == OK:
+            if previous is not None:
+                row.update(point_changes(previous, point, confidence))
+                row["speedup"] = point["samples_per_s_per_gpu"] / first["samples_per_s_per_gpu"]
+            else:
+                row["speedup"] = 1.0
+            previous = point
+            first = point if first is None else first
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def leave_one_out(summary: pd.DataFrame, best_label: str, knob: str = "mbs", confidence: float = 0.95) -> pd.DataFrame:
+    """The best point minus each optimisation: change of each such point relative to the best
+    (a positive step change means the removed optimisation was saving time)."""
+    columns = ["without", "point", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *_CHANGE_COLUMNS]
+    best = _first_with_label(summary, best_label)
+    if best is None or best["status"] != OK:
+        return pd.DataFrame(columns=columns)
+    identity = _identity_columns(summary)
+    rows = []
+    for _, point in summary[summary["suite"] == best["suite"]].iterrows():
+        if point["point_id"] == best["point_id"]:
+            continue
+        differs = [c for c in identity if str(point[c]) != str(best[c])]
+        label = point["label"] if isinstance(point["label"], str) else ""
+        if label.startswith(BEST_PREFIX):
+            without = label.removeprefix(BEST_PREFIX)
+        elif len(differs) == 1 and differs[0] != knob:
+            without = f"{differs[0].removeprefix('param.')}={best[differs[0]]}"
+        else:
+            continue
+        row = {"without": without, "point": point["name"], "status": point["status"],
+               "changes": knob_changes(best, point, identity), "step_time_s": point["step_time_s"],
+               "samples_per_s_per_gpu": point["samples_per_s_per_gpu"]}
+        if point["status"] == OK:
+            row.update(point_changes(best, point, confidence))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)

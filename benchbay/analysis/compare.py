@@ -1,0 +1,364 @@
+"""Compare a candidate result set against a baseline, point by point and metric by metric.
+
+Points are matched by suite, workload, params and knob values (the columns both frames share),
+never by run or label. For each matched point and metric the comparison gives the ratio
+candidate/baseline of a statistic over the pooled steady-state samples, a two-stage bootstrap
+confidence interval (repeats, then steps), a Mann-Whitney p-value, and a verdict:
+
+- ``faster`` / ``slower`` (``less memory`` / ``more memory`` for memory): the change is at least
+  ``min_change`` AND statistically real (the interval excludes 1, and p < alpha where the sample
+  sizes let the rank test reach alpha at all);
+- ``no change``;
+- ``failed``: the point ran in the baseline but not in the candidate (oom, crash, timeout...);
+- ``not comparable``: the environments differ in GPU model, driver, CUDA or torch version (the
+  reason names which), the point is missing on one side, or a figure is missing.
+
+Per-step samples come from the steady window of ``step_times_s`` (after ``warmup_steps``). Rates
+(samples/s, samples/s/GPU, MFU) are proportional to 1/step time within a record, so their per-step
+samples are the recorded figure scaled by ``step_time_s / t``. Peak memory has one value per
+repeat; with a single repeat its interval collapses to the point (memory peaks are close to
+deterministic) and the verdict rests on ``min_change`` alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchbay.analysis.frame import knob_columns, param_columns
+from benchbay.analysis.stats import bootstrap_ratio, mann_whitney_floor, mann_whitney_p
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A figure the comparison and the threshold grammar know by ``name``."""
+
+    name: str
+    column: str  # the flattened record column
+    higher_is_better: bool
+    per_step: bool  # samples derive from the steady per-step times
+    better: str  # verdict words
+    worse: str
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("step_time", "step_time_s", False, True, "faster", "slower"),
+        Metric("samples_per_s", "samples_per_s", True, True, "faster", "slower"),
+        Metric("samples_per_s_per_gpu", "samples_per_s_per_gpu", True, True, "faster", "slower"),
+        Metric("mfu", "mfu", True, True, "faster", "slower"),
+        Metric("peak_mem", "peak_mem_allocated_gib", False, False, "less memory", "more memory"),
+        Metric("peak_mem_reserved", "peak_mem_reserved_gib", False, False, "less memory", "more memory"),
+    )
+}
+DEFAULT_METRICS = ("step_time", "samples_per_s_per_gpu", "peak_mem", "mfu")
+
+#: environment fields that make two measurements incomparable when they differ
+ENV_KEYS = ("gpu", "driver", "cuda", "torch")
+
+# record fields that are not knobs (to find knob columns in a frame without ``knob_names``)
+_RECORD_FIELDS = frozenset(
+    """schema suite run_id point_id label repeat workload status reason world_size ranks started_at
+    duration_s step_time_s step_time_mean_s step_time_p10_s step_time_p90_s step_time_cv first_step_s
+    warmup_steps measured_steps samples_per_step samples_per_s samples_per_s_per_gpu flops_per_sample
+    frozen_flops_per_sample mfu peak_flops peak_mem_allocated_gib peak_mem_reserved_gib
+    device_mem_total_gib alloc_retries num_ooms nvml_mem_used_gib host_rss_gib cpu_util_mean cpu_util_cv
+    gpu_util_mean gpu_power_w_mean gpu_sm_clock_mhz_mean oom_step exit_code signal compile_time_s
+    step_times_s losses cpu_util cpu_util_t knob_names knobs params metrics series extra env path run_dir""".split()
+)
+_NON_KNOB_PREFIXES = ("env.", "extra.", "param.", "metrics.", "series.", "rank")
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _canonical(value: Any) -> str:
+    """One spelling per value, so that 32, 32.0 and "32" from different loaders match."""
+    if _is_missing(value):
+        return "null"
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
+def point_key_columns(df: pd.DataFrame) -> list[str]:
+    """Columns that identify a point: suite, workload, ``param.*`` and the knobs.
+
+    The knobs are those the rows name in ``knob_names`` (``records_to_frame`` keeps them); for a
+    frame built another way, every column that is not a record field nor prefixed ``env.``,
+    ``extra.``, ``param.``.
+    """
+    if "knob_names" in df:
+        knobs = knob_columns(df)
+    else:
+        knobs = [c for c in df.columns if c not in _RECORD_FIELDS and not c.startswith(_NON_KNOB_PREFIXES)]
+    fixed = [c for c in ("suite", "workload") if c in df.columns]
+    return fixed + sorted(param_columns(df)) + sorted(knobs)
+
+
+def first_label(rows: pd.DataFrame) -> str | None:
+    labels = rows["label"].dropna() if "label" in rows else ()
+    return str(labels.iloc[0]) if len(labels) else None
+
+
+@dataclass
+class MatchedPoint:
+    """The rows of one point on each side (all repeats, any status); either side may be empty."""
+
+    key: dict[str, str]
+    baseline: pd.DataFrame
+    candidate: pd.DataFrame
+
+    @property
+    def label(self) -> str | None:
+        return first_label(self.candidate) or first_label(self.baseline)
+
+    @property
+    def rows(self) -> pd.DataFrame:
+        return pd.concat([self.baseline, self.candidate])
+
+
+def point_groups(df: pd.DataFrame, key_columns: Sequence[str]) -> dict[tuple[str, ...], list[int]]:
+    """Row positions of each point (all its repeats and runs), keyed by canonical key values."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for pos, values in enumerate(df[list(key_columns)].itertuples(index=False, name=None)):
+        groups.setdefault(tuple(_canonical(v) for v in values), []).append(pos)
+    return groups
+
+
+def match_points(
+    baseline: pd.DataFrame, candidate: pd.DataFrame, key_columns: Sequence[str] | None = None
+) -> list[MatchedPoint]:
+    """Pair the points of two frames on their shared key columns (baseline order, then new points)."""
+    if key_columns is None:
+        shared = set(point_key_columns(baseline)) & set(point_key_columns(candidate))
+        key_columns = [c for c in point_key_columns(baseline) if c in shared]
+    keys = list(key_columns)
+    if not keys:
+        raise ValueError("the frames share no point columns (suite, workload, param.*, knobs) to match on")
+    base_groups, cand_groups = point_groups(baseline, keys), point_groups(candidate, keys)
+    order = list(base_groups) + [k for k in cand_groups if k not in base_groups]
+    return [
+        MatchedPoint(
+            key=dict(zip(keys, key, strict=True)),
+            baseline=baseline.iloc[base_groups.get(key, [])],
+            candidate=candidate.iloc[cand_groups.get(key, [])],
+        )
+        for key in order
+    ]
+
+
+def env_differences(baseline: pd.DataFrame, candidate: pd.DataFrame, keys: Iterable[str] = ENV_KEYS) -> list[str]:
+    """Human-readable differences in the environment fields, e.g. ``torch 2.11.0 vs 2.12.0``."""
+
+    def values(rows: pd.DataFrame, column: str) -> str:
+        found = sorted({_canonical(v) for v in rows[column]} - {"null"}) if column in rows else []
+        return "/".join(found) or "unknown"
+
+    out = []
+    for key in keys:
+        base, cand = values(baseline, f"env.{key}"), values(candidate, f"env.{key}")
+        if base != cand:
+            out.append(f"{key} {base} vs {cand}")
+    return out
+
+
+def steady_step_times(row: pd.Series | dict) -> np.ndarray:
+    """The measured steps of one record: ``step_times_s`` after ``warmup_steps``, at most ``measured_steps``."""
+    times = row.get("step_times_s")
+    if not isinstance(times, (list, tuple, np.ndarray)) or len(times) == 0:
+        return np.empty(0)
+    warmup = row.get("warmup_steps")
+    measured = row.get("measured_steps")
+    start = 0 if _is_missing(warmup) else int(warmup)
+    stop = None if _is_missing(measured) else start + int(measured)
+    values = np.asarray(times[start:stop], dtype=float)
+    return values[np.isfinite(values)]
+
+
+def metric_samples(row: pd.Series | dict, metric: Metric) -> np.ndarray:
+    """Samples of ``metric`` in one record: per steady step where the metric follows the step time,
+    else the single recorded figure (empty when the record lacks it)."""
+    value = row.get(metric.column)
+    if metric.per_step:
+        steps = steady_step_times(row)
+        if steps.size and metric.column == "step_time_s":
+            return steps
+        step_time = row.get("step_time_s")
+        if steps.size and not _is_missing(value) and not _is_missing(step_time) and (steps > 0).all():
+            return float(value) * float(step_time) / steps
+    return np.empty(0) if _is_missing(value) else np.array([float(value)])
+
+
+def _ok(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[rows["status"] == "ok"] if "status" in rows else rows
+
+
+def _recorded(point: MatchedPoint, metric: Metric) -> bool:
+    rows = _ok(point.rows)
+    return metric.column in rows and rows[metric.column].notna().any()
+
+
+def _statuses(rows: pd.DataFrame) -> str:
+    return "/".join(sorted(rows["status"].astype(str).unique())) if "status" in rows and len(rows) else "absent"
+
+
+def compare_metric(
+    point: MatchedPoint,
+    metric: Metric,
+    *,
+    statistic: str = "median",
+    min_change: float = 0.02,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Compare one metric of one matched point; see the module docstring for the verdicts.
+
+    ``worse_by`` is the relative change in the bad direction (positive = regression).
+    """
+    out: dict[str, Any] = {
+        "metric": metric.name, "statistic": statistic, "baseline": np.nan, "candidate": np.nan,
+        "ratio": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan, "worse_by": np.nan,
+        "verdict": "not comparable", "regression": False, "reason": None,
+    }
+    if point.baseline.empty or point.candidate.empty:
+        out["reason"] = "only in " + ("candidate" if point.baseline.empty else "baseline")
+        return out
+    differences = env_differences(point.baseline, point.candidate)
+    if differences:
+        out["reason"] = "environment differs: " + "; ".join(differences)
+        return out
+    base_ok, cand_ok = _ok(point.baseline), _ok(point.candidate)
+    if base_ok.empty:
+        out["reason"] = f"baseline status {_statuses(point.baseline)}"
+        return out
+    if cand_ok.empty:
+        out.update(verdict="failed", regression=True, reason=f"candidate status {_statuses(point.candidate)}")
+        return out
+    base = [s for s in (metric_samples(r, metric) for _, r in base_ok.iterrows()) if s.size]
+    cand = [s for s in (metric_samples(r, metric) for _, r in cand_ok.iterrows()) if s.size]
+    if not base or not cand:
+        out["reason"] = f"no {metric.column} in " + ("baseline" if not base else "candidate")
+        return out
+    try:
+        estimate = bootstrap_ratio(base, cand, statistic=statistic, confidence=confidence, n_boot=n_boot, seed=seed)
+    except ZeroDivisionError as err:
+        out["reason"] = str(err)
+        return out
+    pooled_base, pooled_cand = np.concatenate(base), np.concatenate(cand)
+    p_value = mann_whitney_p(pooled_base, pooled_cand)
+    worse_by = (1.0 - estimate.ratio) if metric.higher_is_better else (estimate.ratio - 1.0)
+    # the rank test vetoes only where it could reject: 3 repeats of a memory peak per side cannot
+    test_can_reject = mann_whitney_floor(pooled_base.size, pooled_cand.size) < alpha
+    real = estimate.excludes_one and (not test_can_reject or p_value < alpha)
+    verdict = "no change"
+    if real and abs(estimate.ratio - 1.0) >= min_change:
+        verdict = metric.worse if worse_by > 0 else metric.better
+    out.update(
+        baseline=estimate.baseline, candidate=estimate.candidate, ratio=estimate.ratio, ci_low=estimate.low,
+        ci_high=estimate.high, p_value=p_value, worse_by=worse_by, verdict=verdict,
+        regression=verdict == metric.worse,
+    )
+    return out
+
+
+def describe_points(keys: Sequence[Mapping[str, str]], labels: Sequence[str | None]) -> list[str]:
+    """A short name per point: its label, else the key values that vary across the points."""
+    varying = [k for k in (keys[0] if keys else {}) if k != "suite" and len({key[k] for key in keys}) > 1]
+    names = []
+    for key, label in zip(keys, labels, strict=True):
+        described = ", ".join(f"{k.removeprefix('param.')}={key[k]}" for k in varying)
+        names.append(label or described or key.get("suite", "point"))
+    return names
+
+
+def compare(
+    baseline: pd.DataFrame,
+    candidate: pd.DataFrame,
+    *,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    statistic: str = "median",
+    min_change: float = 0.02,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    n_boot: int = 2000,
+    seed: int = 0,
+    key_columns: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """One row per matched point and metric: suite, point, the key columns, metric, statistic,
+    baseline, candidate, ratio, ci_low, ci_high, p_value, worse_by, verdict, regression, reason.
+
+    Metrics that neither side records for a point (e.g. MFU on CPU) are left out.
+    """
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metrics {unknown}; known: {list(METRICS)}")
+    points = match_points(baseline, candidate, key_columns)
+    rows = []
+    names = describe_points([p.key for p in points], [p.label for p in points])
+    for point, name in zip(points, names, strict=True):
+        for metric_name in metrics:
+            metric = METRICS[metric_name]
+            if metric_name != metrics[0] and not _recorded(point, metric):
+                continue  # a figure neither side has (e.g. MFU on CPU); the first metric always shows
+            result = compare_metric(point, metric, statistic=statistic, min_change=min_change,
+                                    confidence=confidence, alpha=alpha, n_boot=n_boot, seed=seed)
+            rows.append({"point": name, "label": point.label, **point.key, **result})
+    return pd.DataFrame(rows)
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub-flavoured Markdown table (pipes in cells escaped)."""
+
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def format_note(reason: Any) -> str:
+    return "" if _is_missing(reason) else str(reason)
+
+
+def format_value(value: Any) -> str:
+    return "-" if _is_missing(value) else f"{value:.4g}"
+
+
+def format_ratio(row: pd.Series | dict) -> str:
+    """``1.103 [1.095, 1.111]``, or ``-`` when there is no ratio."""
+    if _is_missing(row["ratio"]):
+        return "-"
+    if row["ci_low"] == row["ci_high"]:
+        return f"{row['ratio']:.3f}"
+    return f"{row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+
+
+def format_compare(table: pd.DataFrame, *, only_changes: bool = False) -> str:
+    """The comparison as a Markdown table (readable in a terminal too), reasons in the last column."""
+    if table.empty:
+        return "No points to compare."
+    if only_changes:
+        table = table[table["verdict"] != "no change"]
+        if table.empty:
+            return "No changes."
+    rows = [
+        (r["point"], f"{r['metric']} ({r['statistic']})", format_value(r["baseline"]), format_value(r["candidate"]),
+         format_ratio(r), format_value(r["p_value"]), r["verdict"], format_note(r["reason"]))
+        for _, r in table.iterrows()
+    ]
+    headers = ("point", "metric", "baseline", "candidate", "ratio [CI]", "p", "verdict", "note")
+    return markdown_table(headers, rows)

@@ -1,0 +1,83 @@
+"""A metric across past runs (commits), point by point, with its change points flagged.
+
+Feed it a frame of many runs (``load_runs`` over ``results/<suite>/*``): each point (suite,
+params, knobs, and machine key, so that different machines never share a series) becomes a
+series with one value per run, ordered by ``started_at`` then ``env.git_commit``. A change point
+is where :func:`benchbay.analysis.stats.change_points` finds the level of that series step by at
+least ``min_relative_step`` and clear of its run-to-run noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from benchbay.analysis.compare import (
+    METRICS,
+    describe_points,
+    first_label,
+    metric_samples,
+    point_groups,
+    point_key_columns,
+)
+from benchbay.analysis.stats import STATISTICS, change_points
+
+
+def _run_values(rows: pd.DataFrame, metric: str, statistic: str) -> pd.DataFrame:
+    """One row per run of one point: the statistic over that run's pooled samples."""
+    reduce = STATISTICS[statistic]
+    out = []
+    for run_id, run in rows.groupby("run_id", sort=False):
+        samples = [metric_samples(r, METRICS[metric]) for _, r in run.iterrows()]
+        pooled = np.concatenate(samples) if samples else np.empty(0)
+        commits = run["env.git_commit"].dropna() if "env.git_commit" in run else ()
+        out.append({
+            "run_id": run_id,
+            "git_commit": commits.iloc[0] if len(commits) else None,
+            "started_at": pd.to_datetime(run["started_at"], utc=True).min() if "started_at" in run else pd.NaT,
+            "value": float(reduce(pooled)) if pooled.size else np.nan,
+        })
+    return pd.DataFrame(out).sort_values(["started_at", "git_commit"], na_position="last", kind="stable")
+
+
+def history(
+    df: pd.DataFrame,
+    metric: str = "step_time",
+    *,
+    statistic: str = "median",
+    min_relative_step: float = 0.05,
+    z: float = 3.0,
+    key_columns: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """One row per point and run: point, label, the key columns, run_id, git_commit, started_at,
+    value, change_point (a new level starts at this run), step (relative change of the level
+    there) and regression (the step goes the bad way for this metric). Failed runs are left out.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; known: {list(METRICS)}")
+    if statistic not in STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}; known: {list(STATISTICS)}")
+    ok = df[df["status"] == "ok"] if "status" in df else df
+    if key_columns is None:
+        key_columns = point_key_columns(ok) + (["env.machine_key"] if "env.machine_key" in ok else [])
+    groups = point_groups(ok, key_columns)
+    keys = [dict(zip(key_columns, key, strict=True)) for key in groups]
+    labels = [first_label(ok.iloc[positions]) for positions in groups.values()]
+    frames = []
+    for key, label, name, positions in zip(keys, labels, describe_points(keys, labels), groups.values(), strict=True):
+        runs = _run_values(ok.iloc[positions], metric, statistic).dropna(subset=["value"])
+        values = runs["value"].to_numpy()
+        cuts = change_points(values, min_relative_step=min_relative_step, z=z) if values.size > 1 else []
+        bounds = [0, *cuts, values.size]
+        means = [values[a:b].mean() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        step = np.full(values.size, np.nan)
+        for i, cut in enumerate(cuts):
+            step[cut] = means[i + 1] / means[i] - 1.0
+        worse = -step if METRICS[metric].higher_is_better else step
+        frames.append(runs.assign(point=name, label=label, **key, change_point=~np.isnan(step), step=step,
+                                  regression=worse > 0))
+    columns = ["point", "label", *key_columns, "run_id", "git_commit", "started_at", "value", "change_point",
+               "step", "regression"]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)

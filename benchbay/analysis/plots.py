@@ -1,0 +1,207 @@
+"""The report's figures (matplotlib, no pyplot state: each function builds its own Figure).
+
+Each function draws from a point summary (``tables.point_summary``) or a table built on it,
+writes one PNG to ``path`` and returns it, or returns None when there is nothing to draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+
+from benchbay.analysis.tables import OK, configurations
+
+DPI = 110
+FAILED_STYLE = {"oom": ("x", "tab:red"), "other": ("^", "black")}
+#: per-view decode latency in seconds (``benchbay.decode.measure.latency_summary`` via ``extra``)
+LATENCY_MEDIAN, LATENCY_P90 = "extra.view_latency_s_median", "extra.view_latency_s_p90"
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def _has_list(value) -> bool:
+    return isinstance(value, (list, tuple, np.ndarray)) and len(value) > 0
+
+
+def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path | None:
+    """Throughput and peak memory against ``knob`` per configuration; failed points marked on the
+    axis (throughput) or at the device limit (memory), the limit drawn as a dashed line."""
+    configs = configurations(summary, knob)
+    if not any((points["status"] == OK).any() for _, points in configs):
+        return None
+    fig = Figure(figsize=(11, 4.2))
+    ax_rate, ax_mem = fig.subplots(1, 2)
+    limit = summary["device_mem_total_gib"].max()
+    for (name, points), color in zip(configs, _colors(len(configs)), strict=True):
+        ok = points[points["status"] == OK]
+        ax_rate.plot(ok[knob], ok["samples_per_s_per_gpu"], "o-", color=color, label=name)
+        ax_mem.plot(ok[knob], ok["peak_mem_reserved_gib"], "o-", color=color, label=name)
+        for _, failed in points[points["status"] != OK].iterrows():
+            kind = "oom" if failed["status"] == "oom" else "other"
+            marker, mcolor = FAILED_STYLE[kind]
+            ax_rate.plot(failed[knob], 0, marker, color=mcolor, markersize=10, mew=2)
+            ax_mem.plot(failed[knob], limit if np.isfinite(limit) else 0, marker, color=mcolor, markersize=10, mew=2)
+            ax_rate.annotate(failed["status"], (failed[knob], 0), textcoords="offset points", xytext=(0, 8),
+                             ha="center", fontsize=8, color=mcolor)
+    if np.isfinite(limit):
+        ax_mem.axhline(limit, ls="--", color="gray", label=f"device memory {limit:.1f} GiB")
+    values = sorted({v for _, points in configs for v in points[knob]})
+    for ax, ylabel in ((ax_rate, "samples/s/GPU"), (ax_mem, "peak reserved memory (GiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(values, [str(v) for v in values], fontsize=8)
+        ax.minorticks_off()
+        ax.set_xlabel(knob)
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    ax_mem.legend(fontsize=8, loc="best")
+    ax_rate.set_title("throughput (x / ^ = failed point)")
+    ax_mem.set_title("peak memory")
+    return _save(fig, path)
+
+
+def step_time_distributions(summary: pd.DataFrame, path: Path) -> Path | None:
+    """Box plot of the steady-state step times of every ok point (repeats pooled), as deviation
+    from the point's median so that points of very different speed share one axis."""
+    points = summary[summary["steady_samples"].map(bool)]
+    if points.empty:
+        return None
+    fig = Figure(figsize=(max(6, 0.55 * len(points) + 2), 4.5))
+    ax = fig.subplots()
+    pooled = [np.concatenate(s) for s in points["steady_samples"]]
+    ax.boxplot([100 * (p / np.median(p) - 1) for p in pooled])
+    names = [f"{name} ({np.median(p) * 1e3:.4g} ms)" for name, p in zip(points["name"], pooled, strict=True)]
+    ax.set_xticks(np.arange(1, len(points) + 1), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("step time, % from the point's median")
+    ax.set_title("steady-state step times (repeats pooled)")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def loss_curves(groups: Sequence[pd.DataFrame], path: Path) -> Path | None:
+    """Loss per step of each group of points that should train alike, one panel per group."""
+    if not groups:
+        return None
+    fig = Figure(figsize=(6 * min(len(groups), 3), 3.8 * -(-len(groups) // 3)))
+    axes = np.atleast_1d(fig.subplots(-(-len(groups) // 3), min(len(groups), 3), squeeze=False)).ravel()
+    for ax, group in zip(axes, groups, strict=False):  # spare axes are hidden below
+        for _, point in group.iterrows():
+            ax.plot(np.arange(len(point["losses"])), point["losses"], label=point["name"], alpha=0.8)
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in axes[len(groups):]:
+        ax.set_visible(False)
+    return _save(fig, path)
+
+
+def decoder_points(summary: pd.DataFrame) -> pd.DataFrame:
+    """Ok points that report per-view decode latency."""
+    if LATENCY_MEDIAN not in summary:
+        return summary.iloc[:0]
+    return summary[(summary["status"] == OK) & summary[LATENCY_MEDIAN].notna()]
+
+
+def decoder_latency(summary: pd.DataFrame, path: Path) -> Path | None:
+    """Per-view decode latency per decoder: median bar, whisker up to p90."""
+    points = decoder_points(summary)
+    if points.empty:
+        return None
+    fig = Figure(figsize=(max(5, 1.2 * len(points) + 2), 4))
+    ax = fig.subplots()
+    median = points[LATENCY_MEDIAN].astype(float).to_numpy() * 1e3
+    p90 = points[LATENCY_P90].astype(float).to_numpy() * 1e3 if LATENCY_P90 in points else median
+    upper = np.where(np.isfinite(p90), p90 - median, 0)
+    x = np.arange(len(points))
+    ax.bar(x, median, yerr=[np.zeros_like(upper), upper], capsize=4, color=_colors(len(points)))
+    ax.set_xticks(x, list(points["name"]), rotation=20, ha="right")
+    ax.set_ylabel("per-view latency (ms): median, whisker to p90")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
+    """Process CPU utilisation over time for the decoder points (first ok repeat each)."""
+    points = decoder_points(summary)
+    points = points[points["cpu_util"].map(_has_list) & points["cpu_util_t"].map(_has_list)]
+    if points.empty:
+        return None
+    fig = Figure(figsize=(9, 4))
+    ax = fig.subplots()
+    for _, point in points.iterrows():
+        ax.plot(point["cpu_util_t"], point["cpu_util"], label=point["name"])
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("CPU utilisation (% of one core)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def waterfall(table: pd.DataFrame, path: Path) -> Path | None:
+    """Step time as a waterfall over the breakdown (each bar spans the change from the previous
+    ok step, whisker = its confidence interval) and the throughput of each step."""
+    ok = table[table["status"] == OK]
+    if len(ok) < 2:
+        return None
+    fig = Figure(figsize=(11, 4.2))
+    ax_step, ax_rate = fig.subplots(1, 2)
+    x = np.arange(len(ok))
+    steps = ok["step_time_s"].to_numpy(float)
+    previous = np.concatenate([[0.0], steps[:-1]])
+    colors = ["tab:gray"] + ["tab:green" if s <= p else "tab:red" for s, p in zip(steps[1:], steps[:-1], strict=True)]
+    ax_step.bar(x, steps - previous, bottom=previous, color=colors)
+    low = previous * (1 + ok["step_change_low"].to_numpy(float))
+    high = previous * (1 + ok["step_change_high"].to_numpy(float))
+    has_ci = np.isfinite(low) & np.isfinite(high)
+    ax_step.errorbar(x[has_ci], steps[has_ci], yerr=[steps[has_ci] - low[has_ci], high[has_ci] - steps[has_ci]],
+                     fmt="none", ecolor="black", capsize=4)
+    for xi, s, change in zip(x[1:], steps[1:], ok["step_change"].to_numpy(float)[1:], strict=True):
+        ax_step.annotate(f"{change:+.1%}", (xi, s), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+    ax_rate.bar(x, ok["samples_per_s_per_gpu"].to_numpy(float), color="tab:blue")
+    for xi, rate, speedup in zip(x, ok["samples_per_s_per_gpu"], ok["speedup"], strict=True):
+        ax_rate.annotate(f"{speedup:.2f}x", (xi, rate), textcoords="offset points", xytext=(0, 4), ha="center",
+                         fontsize=8)
+    for ax, ylabel in ((ax_step, "step time (s)"), (ax_rate, "samples/s/GPU")):
+        ax.set_xticks(x, list(ok["label"]), rotation=20, ha="right")
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+    ax_step.set_title("step time, change per optimisation")
+    ax_rate.set_title("throughput, speed-up over the first")
+    return _save(fig, path)
+
+
+def phases(summary: pd.DataFrame, path: Path) -> Path | None:
+    """Stacked bars of the profiled phases (``extra.phases``: {phase: seconds}) per point."""
+    if "extra.phases" not in summary:
+        return None
+    points = summary[summary["extra.phases"].map(lambda v: isinstance(v, dict) and len(v) > 0)]
+    if points.empty:
+        return None
+    order = list(dict.fromkeys(phase for recorded in points["extra.phases"] for phase in recorded))
+    table = pd.DataFrame(list(points["extra.phases"]), index=list(points["name"]), columns=order).fillna(0.0) * 1e3
+    fig = Figure(figsize=(max(6, 1.4 * len(table) + 3), 4.2))
+    ax = fig.subplots()
+    bottom = np.zeros(len(table))
+    for phase, color in zip(table.columns, _colors(len(table.columns)), strict=True):
+        ax.bar(table.index, table[phase], bottom=bottom, label=phase, color=color)
+        bottom += table[phase].to_numpy()
+    ax.set_ylabel("time (ms)")
+    ax.tick_params(axis="x", rotation=20)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def _colors(n: int) -> list:
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]

@@ -1,0 +1,208 @@
+"""Per-point summaries of a results frame, and the tables built on them.
+
+A *point* is one configuration of a suite (one ``point_id``); its rows are its repeats. The
+summary keeps one row per point: the knobs and params, the combined status of the repeats, the
+step time as the median of the pooled steady-state steps of the ok repeats (the definition
+``benchbay.analysis.compare`` and the gate use), medians of the rates, maxima of the memory
+peaks, and the first ok repeat's series and extras for plots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchbay.analysis.compare import steady_step_times
+from benchbay.analysis.frame import is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
+from benchbay.analysis.mfu import mfu_column
+from benchbay.analysis.steady import detect_warmup
+
+OK = "ok"
+#: figures summarised by their median over the ok repeats
+MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "step_time_cv", "first_step_s", "samples_per_step",
+                  "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu", "cpu_util_mean",
+                  "gpu_util_mean", "compile_time_s", "warmup_steps")
+#: figures summarised by their maximum over the ok repeats (the worst case is what limits a batch)
+MAX_METRICS = ("peak_mem_allocated_gib", "peak_mem_reserved_gib", "device_mem_total_gib", "alloc_retries",
+               "nvml_mem_used_gib", "host_rss_gib")
+#: per-record lists kept from the first ok repeat
+SERIES = ("step_times_s", "losses", "cpu_util", "cpu_util_t")
+IDENTITY = ("suite", "workload", "point_id", "world_size", "env.gpu", "knob_names")
+
+
+def combined_status(statuses: Sequence[str]) -> str:
+    """``ok`` when every repeat agrees, else counts such as ``ok 2/3, oom 1/3``."""
+    counts = pd.Series(list(statuses), dtype=object).value_counts(sort=False)
+    if len(counts) == 1:
+        return str(counts.index[0])
+    total = int(counts.sum())
+    return ", ".join(f"{status} {n}/{total}" for status, n in counts.items())
+
+
+def describe(row: pd.Series | dict, columns: Sequence[str]) -> str:
+    """``knob=value, ...`` for the given columns (``param.`` dropped from names)."""
+    return ", ".join(f"{c.removeprefix('param.')}={row[c]}" for c in columns) or "all"
+
+
+def _first_valid(values: pd.Series) -> Any:
+    return next((v for v in values if not is_missing(v)), None)
+
+
+def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, Any]:
+    ok = rows[rows["status"] == OK]
+    figures = ok if len(ok) else rows
+    out = {c: _first_valid(rows[c]) for c in carried}
+    out["label"] = _first_valid(rows["label"]) if "label" in rows else None
+    out["repeats"] = len(rows)
+    out["status"] = combined_status(rows["status"].astype(str))
+    out["reason"] = _first_valid(rows.loc[rows["status"] != OK, "reason"]) if "reason" in rows else None
+    samples = [s for s in (steady_step_times(r) for _, r in ok.iterrows()) if s.size]
+    out["steady_samples"] = samples
+    if samples:
+        out["step_time_s"] = float(np.median(np.concatenate(samples)))
+    else:
+        out["step_time_s"] = ok["step_time_s"].median() if "step_time_s" in ok else np.nan
+    for m in MEDIAN_METRICS:
+        out[m] = ok[m].median() if m in ok else np.nan
+    for m in MAX_METRICS:
+        out[m] = figures[m].max() if m in figures else np.nan
+    warmups = [detect_warmup(r["step_times_s"]) for _, r in ok.iterrows()
+               if isinstance(r.get("step_times_s"), (list, tuple, np.ndarray))]
+    out["warmup_detected"] = float(np.median(warmups)) if warmups else np.nan
+    for s in SERIES:
+        out[s] = _first_valid(ok[s]) if s in ok else None
+    return out
+
+
+def point_summary(df: pd.DataFrame, peak_flops: float | None = None) -> pd.DataFrame:
+    """One row per (suite, point_id), in first-seen order; see the module docstring.
+
+    Adds ``name`` (see :func:`_names`) and ``steady_samples`` (each ok repeat's steady steps, for
+    bootstrap intervals). ``mfu`` is the recorded figure, recomputed where missing (or for every
+    row when ``peak_flops`` is forced).
+    """
+    if df.empty:
+        return pd.DataFrame()
+    df = df.assign(mfu=mfu_column(df, peak_flops))
+    knobs, params = knob_columns(df), param_columns(df)
+    extras = [c for c in df.columns if c.startswith("extra.")]
+    carried = [c for c in (*IDENTITY, *params, *knobs, *extras) if c in df.columns]
+    rows = [_summarise_point(g, carried) for _, g in df.groupby(["suite", "point_id"], sort=False)]
+    summary = rows_to_frame(rows)
+    summary["name"] = pd.concat([_names(points, suite_varying(summary, suite))
+                                 for suite, points in summary.groupby("suite", sort=False)])
+    return summary
+
+
+def _names(points: pd.DataFrame, varying: Sequence[str]) -> pd.Series:
+    """Each point's label; an unlabelled point is named after the labelled point it differs
+    from least plus those differences (``baseline, mbs=8``), else by its varying knobs."""
+    labelled = [row for _, row in points.iterrows() if isinstance(row["label"], str)]
+
+    def name(row: pd.Series) -> str:
+        if isinstance(row["label"], str):
+            return row["label"]
+        if not labelled:
+            return describe(row, varying)
+        diffs = [[c for c in varying if str(row[c]) != str(ref[c])] for ref in labelled]
+        nearest = min(range(len(labelled)), key=lambda i: len(diffs[i]))
+        return f"{labelled[nearest]['label']}, {describe(row, diffs[nearest])}"
+
+    return points.apply(name, axis=1)
+
+
+def suite_varying(summary: pd.DataFrame, suite: str) -> list[str]:
+    """Knob and param columns that vary among one suite's points."""
+    points = summary[summary["suite"] == suite]
+    return varying_columns(points, knob_columns(points) + param_columns(points))
+
+
+#: the sweep table's figures, in display order
+SWEEP_COLUMNS = ("label", "status", "repeats", "step_time_s", "step_time_p10_s", "step_time_p90_s",
+                 "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "mfu",
+                 "warmup_detected", "reason")
+
+
+def sweep_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One suite's points, indexed by the knobs that vary (record order), with the sweep figures."""
+    if summary.empty:
+        return pd.DataFrame()
+    varying = suite_varying(summary, summary["suite"].iloc[0]) or ["name"]
+    columns = [c for c in SWEEP_COLUMNS if c in summary.columns and summary[c].notna().any()]
+    return summary.set_index(varying)[columns]
+
+
+def config_columns(summary: pd.DataFrame, knob: str) -> list[str]:
+    """The varying knobs and params other than ``knob``: what tells one configuration from another."""
+    return [c for c in suite_varying(summary, summary["suite"].iloc[0]) if c != knob]
+
+
+def configurations(summary: pd.DataFrame, knob: str = "mbs") -> list[tuple[str, pd.DataFrame]]:
+    """``(name, points)`` for each configuration of one suite that was run at several ``knob``
+    values, points sorted by ``knob``."""
+    if summary.empty or knob not in summary.columns:
+        return []
+    cols = config_columns(summary, knob)
+    groups = summary.groupby(cols, sort=False, dropna=False) if cols else [((), summary)]
+    searched = [points.sort_values(knob) for _, points in groups if points[knob].nunique() > 1]
+    # name each by what differs among the searched configurations only
+    names = varying_columns(pd.DataFrame([points.iloc[0] for points in searched]), cols) if searched else []
+    return [(describe(points.iloc[0], names), points) for points in searched]
+
+
+def effective_throughput(summary: pd.DataFrame, knob: str = "mbs") -> pd.DataFrame:
+    """Each configuration at its own largest feasible ``knob`` (the largest with every repeat ok),
+    with the smallest failing value above it and the throughput ratio to the first configuration.
+    """
+    columns = ["configuration", "largest_ok", "samples_per_s_per_gpu", "step_time_s",
+               "peak_mem_reserved_gib", "first_failing", "ratio"]
+    rows = []
+    for name, points in configurations(summary, knob):
+        ok = points[points["status"] == OK]
+        best = ok.iloc[-1] if len(ok) else None
+        above = points if best is None else points[points[knob] > best[knob]]
+        failing = above[above["status"] != OK]
+        rows.append({
+            "configuration": name,
+            "largest_ok": best[knob] if best is not None else None,
+            "samples_per_s_per_gpu": best["samples_per_s_per_gpu"] if best is not None else np.nan,
+            "step_time_s": best["step_time_s"] if best is not None else np.nan,
+            "peak_mem_reserved_gib": best["peak_mem_reserved_gib"] if best is not None else np.nan,
+            "first_failing": f"{failing.iloc[0][knob]} ({failing.iloc[0]['status']})" if len(failing) else None,
+        })
+    table = pd.DataFrame(rows, columns=columns)
+    if len(table):
+        table["ratio"] = table["samples_per_s_per_gpu"] / table["samples_per_s_per_gpu"].iloc[0]
+    return table
+
+
+#: knobs a point may change without changing the maths (its losses should match)
+NUMERICALLY_NEUTRAL = ("compile", "cuda_graph")
+
+
+def equivalent_groups(summary: pd.DataFrame, label_groups: Sequence[Sequence[str]] | None = None) -> list[pd.DataFrame]:
+    """Groups of ok points with losses that should train alike: the suite's label groups if given,
+    else points equal in every knob and param except compile and CUDA graphs."""
+    ok = summary[(summary["status"] == OK) & summary["losses"].map(lambda v: isinstance(v, list) and len(v) > 0)]
+    if label_groups:
+        groups = [ok[ok["label"].isin(labels)] for labels in label_groups]
+    else:
+        same = [c for c in ["suite", "workload", *param_columns(ok), *knob_columns(ok)]
+                if c in ok.columns and c not in NUMERICALLY_NEUTRAL]
+        groups = [g for _, g in ok.groupby(same, sort=False, dropna=False)] if same and len(ok) else []
+    return [g for g in groups if len(g) > 1]
+
+
+def loss_agreement(group: pd.DataFrame) -> pd.DataFrame:
+    """Each member's final loss and largest absolute loss difference from the group's first member."""
+    reference = np.asarray(group["losses"].iloc[0], dtype=float)
+    rows = []
+    for _, row in group.iterrows():
+        losses = np.asarray(row["losses"], dtype=float)
+        n = min(losses.size, reference.size)
+        rows.append({"point": row["name"], "steps": losses.size, "final_loss": losses[-1],
+                     "max_abs_diff": float(np.max(np.abs(losses[:n] - reference[:n]))) if n else np.nan})
+    return pd.DataFrame(rows)

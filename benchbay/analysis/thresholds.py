@@ -1,0 +1,127 @@
+"""Regression thresholds written by hand, in the spirit of pytest-benchmark's ``--benchmark-compare-fail``.
+
+Grammar::
+
+    threshold := [ selector "/" ] metric [ ":" statistic ] ":" number "%"
+    selector  := key "=" pattern { "," key "=" pattern }
+
+- ``metric`` is one of :data:`METRICS` (``step_time``, ``samples_per_s``, ``samples_per_s_per_gpu``,
+  ``mfu``, ``peak_mem``, ``peak_mem_reserved``).
+- ``statistic`` is one of ``median`` (the default), ``mean``, ``min``, ``max``, ``p10``, ``p90``;
+  it is taken over the steady-state steps of every repeat.
+- ``number%`` is the regression that fails the gate (this much or more, and statistically real):
+  slower, less throughput, or more memory. Improvements never fail a gate.
+- ``selector`` restricts the threshold to matching points: ``key`` is a column of the results
+  frame (``label``, a knob such as ``mbs`` or ``compile``, ``param.preset``, ``suite``...),
+  ``pattern`` a value or a shell-style glob (``label=+compile*``). Several ``key=pattern`` pairs,
+  comma-separated, must all match. Without a selector the threshold covers every point.
+
+Examples: ``step_time:median:5%``, ``peak_mem:2%``, ``samples_per_s:mean:3%``,
+``label=+compile/step_time:median:5%``, ``mbs=32,compile=blocks/peak_mem:1.5%``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchbay.analysis.compare import METRICS
+from benchbay.analysis.stats import STATISTICS
+
+_EXPECTED = (
+    "expected '[key=value[,key=value...]/]metric[:statistic]:N%', e.g. 'step_time:median:5%', "
+    "'peak_mem:2%' or 'label=+compile/step_time:median:5%'"
+)
+_PERCENT = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)%$")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One parsed threshold: which points, which metric and statistic, the tolerated regression."""
+
+    metric: str
+    statistic: str
+    limit: float  # a fraction: 0.05 for "5%"
+    selector: tuple[tuple[str, str], ...] = field(default=())
+    text: str = ""
+
+    def applies_to(self, point: Mapping[str, Any]) -> bool:
+        """True when every ``key=pattern`` of the selector matches ``point`` (a row or dict)."""
+        return all(key in point and value_matches(point[key], pattern) for key, pattern in self.selector)
+
+    def __str__(self) -> str:
+        return self.text or format_threshold(self)
+
+
+def value_matches(value: Any, pattern: str) -> bool:
+    """True when ``value`` (a frame cell) equals ``pattern`` as text or number, or fits it as a glob."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # a knob column with gaps turns 32 into 32.0
+    if fnmatch.fnmatchcase(str(value), pattern):
+        return True
+    try:
+        return math.isclose(float(value), float(pattern))
+    except (TypeError, ValueError):
+        return False
+
+
+def _fail(text: str, problem: str) -> ValueError:
+    return ValueError(f"invalid threshold {text!r}: {problem}; {_EXPECTED}")
+
+
+def _parse_selector(text: str, selector: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in selector.split(","):
+        key, eq, pattern = item.partition("=")
+        key, pattern = key.strip(), pattern.strip()
+        if not eq or not key or not pattern:
+            raise _fail(text, f"point selector part {item!r} is not key=value")
+        pairs.append((key, pattern))
+    return tuple(pairs)
+
+
+def parse_threshold(text: str) -> Threshold:
+    """Parse one threshold string; raises ValueError saying what was expected."""
+    if not isinstance(text, str) or not text.strip():
+        raise _fail(str(text), "it is empty")
+    spec = text.strip()
+    selector_text, slash, body = spec.rpartition("/")
+    if slash and not selector_text:
+        raise _fail(text, "nothing before '/': give a point selector such as 'label=+compile' or drop the '/'")
+    selector = _parse_selector(text, selector_text) if slash else ()
+    parts = body.split(":")
+    if len(parts) == 2:
+        metric, statistic, amount = parts[0], "median", parts[1]
+    elif len(parts) == 3:
+        metric, statistic, amount = parts
+    else:
+        raise _fail(text, f"{body!r} has {len(parts)} ':'-separated parts, expected 2 or 3")
+    metric, statistic, amount = metric.strip(), statistic.strip(), amount.strip()
+    if metric not in METRICS:
+        raise _fail(text, f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
+    if statistic not in STATISTICS:
+        raise _fail(text, f"unknown statistic {statistic!r} (known: {', '.join(STATISTICS)})")
+    match = _PERCENT.match(amount)
+    if not match:
+        raise _fail(text, f"limit {amount!r} is not a percentage such as '5%'")
+    limit = float(match.group(1)) / 100.0
+    return Threshold(metric=metric, statistic=statistic, limit=limit, selector=selector, text=spec)
+
+
+def parse_thresholds(texts: str | list[str] | tuple[str, ...]) -> list[Threshold]:
+    """Parse a list of thresholds (or one string); the first malformed one raises ValueError."""
+    if isinstance(texts, str):
+        texts = [texts]
+    return [parse_threshold(t) for t in texts]
+
+
+def format_threshold(threshold: Threshold) -> str:
+    """The canonical text of a threshold (round-trips through :func:`parse_threshold`)."""
+    body = f"{threshold.metric}:{threshold.statistic}:{threshold.limit * 100:g}%"
+    if not threshold.selector:
+        return body
+    return ",".join(f"{k}={v}" for k, v in threshold.selector) + "/" + body

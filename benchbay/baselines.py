@@ -1,0 +1,89 @@
+"""Stored baselines: a run copied aside, per machine, for the gate to compare against.
+
+Layout: ``<results_root>/baselines/<machine-key>/<name>/{records.jsonl,manifest.json}``. The
+machine key (``env.machine_key`` of the run's records: GPU model and count, CUDA, torch) keeps a
+baseline from an H100 or another torch from ever gating an H200 run. Saving under an existing
+name replaces that baseline as a whole.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from benchbay.store import MANIFEST, RECORDS, read_records
+
+BASELINES_DIR = "baselines"
+
+
+def _read_records(run_dir: Path) -> list[dict]:
+    if not (run_dir / RECORDS).is_file():
+        raise FileNotFoundError(f"{run_dir} holds no {RECORDS}: not a benchbay run directory")
+    return read_records(run_dir)
+
+
+def run_machine_key(run_dir: str | Path) -> str:
+    """The single ``env.machine_key`` of a run's records (ValueError if none or several)."""
+    keys = {(r.get("env") or {}).get("machine_key") for r in _read_records(Path(run_dir))} - {None}
+    if len(keys) != 1:
+        raise ValueError(f"{run_dir}: expected one env.machine_key across its records, found {sorted(keys) or 'none'}")
+    return keys.pop()
+
+
+def run_suites(run_dir: str | Path) -> set[str]:
+    return {r.get("suite") for r in _read_records(Path(run_dir))} - {None}
+
+
+def _check_name(name: str) -> None:
+    if not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise ValueError(f"invalid baseline name {name!r}: use a plain name such as 'main'")
+
+
+def save_baseline(run_dir: str | Path, name: str, results_root: str | Path = "results", *,
+                  machine_key: str | None = None) -> Path:
+    """Copy a run's records.jsonl and manifest.json to ``<results_root>/baselines/<machine-key>/<name>/``.
+
+    The machine key comes from the records unless given. The copy is written beside the target
+    and renamed into place, so a reader never sees a half-written baseline. Returns the directory.
+    """
+    _check_name(name)
+    run_dir = Path(run_dir)
+    key = machine_key or run_machine_key(run_dir)
+    target = Path(results_root) / BASELINES_DIR / key / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    for file in (RECORDS, MANIFEST):
+        if (run_dir / file).is_file():
+            shutil.copy2(run_dir / file, staging / file)
+    if target.exists():
+        retired = Path(tempfile.mkdtemp(prefix=f".{name}-old-", dir=target.parent))
+        target.rename(retired / name)
+        staging.rename(target)
+        shutil.rmtree(retired)
+    else:
+        staging.rename(target)
+    return target
+
+
+def list_baselines(results_root: str | Path = "results", machine_key: str | None = None) -> list[Path]:
+    """Baseline directories (every machine, or one), newest first."""
+    root = Path(results_root) / BASELINES_DIR
+    pattern = f"{machine_key}/*/{RECORDS}" if machine_key else f"*/*/{RECORDS}"
+    found = [p.parent for p in root.glob(pattern) if not p.parent.name.startswith(".")]
+    return sorted(found, key=lambda d: (d / RECORDS).stat().st_mtime, reverse=True)
+
+
+def find_baseline(results_root: str | Path, machine_key: str, *, name: str | None = None,
+                  suite: str | None = None) -> Path | None:
+    """The baseline for this machine key: the one called ``name``, else the newest holding ``suite``
+    (any suite when None). None when there is none: the caller should say so, not fail silently."""
+    if name is not None:
+        _check_name(name)
+        candidate = Path(results_root) / BASELINES_DIR / machine_key / name
+        found = candidate if (candidate / RECORDS).is_file() else None
+        return found if found is None or suite is None or suite in run_suites(found) else None
+    for directory in list_baselines(results_root, machine_key):
+        if suite is None or suite in run_suites(directory):
+            return directory
+    return None

@@ -1,0 +1,220 @@
+"""Bridge to pytest-benchmark: import its JSON as a benchbay run, export a run as its JSON.
+
+Import (``pytest --benchmark-json=out.json --benchmark-save-data``, or a file saved with
+``--benchmark-autosave``): every benchmark becomes one point (label = its name, knobs = its
+``params``, ``param.fullname`` = its test id). Its raw per-round times (``stats.data``, kept only
+with ``--benchmark-save-data``) become ``series.step_times_s``, so compare and gate can bootstrap
+them; without them only the summary figures exist and a comparison has no noise estimate (a
+warning says so). Median, mean, p10/p90 and CV map onto benchbay's step-time metrics; every
+pytest-benchmark figure is kept under ``extra.pytest_benchmark``; ``machine_info`` and
+``commit_info`` fill the environment (``env.machine_key`` is pytest-benchmark's own machine id,
+e.g. ``Linux-CPython-3.11-64bit``) and are kept whole in the manifest.
+
+Export: one benchmark per ok point (repeats pooled), stats recomputed by pytest-benchmark's own
+``Stats`` from the steady step times, so ``pytest-benchmark compare`` reads the file like its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import platform
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pytest_benchmark import __version__ as pytest_benchmark_version
+from pytest_benchmark.stats import Stats
+
+from benchbay import store
+from benchbay.analysis.compare import describe_points, first_label, point_groups, point_key_columns, steady_step_times
+from benchbay.analysis.frame import records_to_frame
+
+WORKLOAD = "pytest-benchmark"
+# benchbay metrics worth carrying into an export's extra_info
+_EXTRA_INFO_METRICS = ("samples_per_s", "samples_per_s_per_gpu", "mfu", "peak_mem_allocated_gib",
+                       "peak_mem_reserved_gib", "first_step_s", "compile_time_s")
+
+
+def _machine_key(machine_info: dict[str, Any]) -> str:
+    """pytest-benchmark's machine id: system-implementation-python major.minor-bits."""
+    version = ".".join(str(machine_info.get("python_version", "")).split(".")[:2])
+    bits = (machine_info.get("cpu") or {}).get("bits", 64)
+    return f"{machine_info.get('system')}-{machine_info.get('python_implementation')}-{version}-{bits}bit"
+
+
+def _env(machine_info: dict[str, Any], commit_info: dict[str, Any]) -> dict[str, Any]:
+    cpu = machine_info.get("cpu") or {}
+    commit = commit_info.get("id")
+    if commit in (None, "unversioned"):
+        commit = None
+    elif commit_info.get("dirty"):
+        commit += "-dirty"
+    return {
+        "machine_key": _machine_key(machine_info),
+        "gpu": None, "gpu_count": 0, "driver": None, "cuda": None, "torch": None,
+        "python": machine_info.get("python_version"),
+        "cpu": cpu.get("brand_raw") or machine_info.get("processor"),
+        "cpu_count": cpu.get("count"),
+        "git_commit": commit,
+        "hostname_hash": hashlib.sha1(str(machine_info.get("node", "")).encode()).hexdigest()[:10],
+        "packages": {},
+    }
+
+
+def _point_id(params: dict[str, Any], knobs: dict[str, Any]) -> str:
+    """Same recipe as the suite's point ids: hash of workload, params and knobs."""
+    blob = json.dumps({"workload": WORKLOAD, "params": params, "knobs": knobs}, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def _record(bench: dict[str, Any], suite: str, run_id: str, env: dict[str, Any], started_at: str) -> dict[str, Any]:
+    stats = dict(bench["stats"])
+    data = [float(x) for x in stats.pop("data", None) or []]
+    params = {"fullname": bench.get("fullname") or bench["name"]}
+    knobs = dict(bench.get("params") or {})
+    median, mean = stats["median"], stats["mean"]
+    p10, p90 = np.percentile(data, [10, 90]) if data else (None, None)
+    metrics = {
+        "step_time_s": median, "step_time_mean_s": mean,
+        "step_time_p10_s": None if p10 is None else float(p10),
+        "step_time_p90_s": None if p90 is None else float(p90),
+        "step_time_cv": stats["stddev"] / mean if mean else None,
+        "first_step_s": data[0] if data else None, "warmup_steps": 0, "measured_steps": stats["rounds"],
+        "samples_per_step": 1, "samples_per_s": 1.0 / median if median else None,
+    }
+    kept = {key: bench.get(key) for key in ("name", "fullname", "group", "param", "params", "options", "extra_info")}
+    return {
+        "schema": 1, "suite": suite, "run_id": run_id, "point_id": _point_id(params, knobs),
+        "label": bench["name"], "repeat": 0, "workload": WORKLOAD, "params": params, "knobs": knobs,
+        "status": "ok", "reason": None, "metrics": metrics,
+        "series": {"step_times_s": data, "losses": []},
+        "extra": {"pytest_benchmark": {**kept, "iterations": stats.get("iterations", 1), "stats": stats}},
+        "world_size": 1, "ranks": [], "env": env, "started_at": started_at, "duration_s": stats.get("total"),
+    }
+
+
+def import_pytest_benchmark(json_path: str | Path, results_root: str | Path = "results", *,
+                            suite: str = "pytest-benchmark", run_id: str | None = None) -> Path:
+    """Write ``<results_root>/<suite>/<run-id>/records.jsonl`` + ``manifest.json`` from a
+    pytest-benchmark JSON file; returns the run directory.
+
+    The run id defaults to the file's timestamp plus a hash of its content, so importing the same
+    file twice raises FileExistsError instead of doubling the records.
+    """
+    json_path = Path(json_path)
+    raw = json_path.read_bytes()
+    doc = json.loads(raw)
+    if "benchmarks" not in doc:
+        raise ValueError(f"{json_path}: not a pytest-benchmark JSON file (no 'benchmarks' list)")
+    started_at = doc.get("datetime") or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    if run_id is None:
+        stamp = dt.datetime.fromisoformat(started_at).strftime("%Y%m%d-%H%M%S")
+        run_id = f"{stamp}-{hashlib.sha1(raw).hexdigest()[:4]}"
+    run = store.run_dir(results_root, suite, run_id)
+    if (run / store.RECORDS).exists():
+        raise FileExistsError(f"{run} already exists: this file was imported before")
+    machine_info, commit_info = doc.get("machine_info") or {}, doc.get("commit_info") or {}
+    env = _env(machine_info, commit_info)
+    without_data = [b["name"] for b in doc["benchmarks"] if not b["stats"].get("data")]
+    if without_data:
+        warnings.warn(f"{json_path}: {len(without_data)} benchmarks carry no raw data (e.g. {without_data[0]}); "
+                      "rerun with --benchmark-save-data so comparisons can estimate noise", stacklevel=2)
+    store.write_manifest(run, {
+        "suite": suite, "run_id": run_id, "env": env, "started_at": started_at, "points": len(doc["benchmarks"]),
+        "state": "complete",
+        "source": {"kind": WORKLOAD, "path": str(json_path), "version": doc.get("version"),
+                   "machine_info": machine_info, "commit_info": commit_info, "datetime": doc.get("datetime")},
+    })
+    for bench in doc["benchmarks"]:
+        store.append_record(run, _record(bench, suite, run_id, env, started_at))
+    return run
+
+
+def _machine_info(row: pd.Series) -> dict[str, Any]:
+    """A pytest-benchmark machine_info from a record's environment (GPU fields under ``benchbay``)."""
+    return {
+        "node": row.get("env.hostname_hash"), "processor": row.get("env.cpu") or "", "machine": platform.machine(),
+        "python_implementation": "CPython", "python_version": row.get("env.python"), "system": platform.system(),
+        "cpu": {"brand_raw": row.get("env.cpu"), "count": row.get("env.cpu_count")},
+        "benchbay": {k: row.get(f"env.{k}") for k in ("machine_key", "gpu", "gpu_count", "driver", "cuda", "torch")},
+    }
+
+
+def _json_safe(value: Any) -> Any:
+    """Frame cells to plain JSON: NaN -> None, numpy scalars -> Python."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
+def _benchmark(rows: pd.DataFrame, name: str) -> dict[str, Any]:
+    first = rows.iloc[0]
+    data = np.concatenate([steady_step_times(r) for _, r in rows.iterrows()])
+    if not data.size:  # summary-only record: its median stands for the one round
+        data = rows["step_time_s"].dropna().to_numpy(dtype=float)
+    stats = Stats()
+    for value in data:
+        stats.update(float(value))
+    kept = first.get("extra.pytest_benchmark")
+    kept = kept if isinstance(kept, dict) else {}
+    names = first.get("knob_names")
+    knobs = {k: first.get(k) for k in names} if isinstance(names, (list, tuple, np.ndarray)) else {}
+    extra_info = {m: first.get(m) for m in _EXTRA_INFO_METRICS if m in first}
+    extra_info.update(point_id=first.get("point_id"), run_id=first.get("run_id"), repeats=len(rows))
+    warmup = first.get("warmup_steps")
+    return _json_safe({
+        "group": kept.get("group", first.get("suite")),
+        "name": kept.get("name", name),
+        "fullname": kept.get("fullname", f"{first.get('suite')}::{name}"),
+        "params": kept.get("params", knobs or None),
+        "param": kept.get("param", first.get("point_id")),
+        "extra_info": kept.get("extra_info") or extra_info,
+        "options": kept.get("options") or {"timer": "benchbay", "warmup": warmup, "min_rounds": int(data.size)},
+        "stats": {**stats.as_dict(), "data": list(stats.data), "iterations": kept.get("iterations", 1)},
+    })
+
+
+def export_pytest_benchmark(source: pd.DataFrame | str | Path, out_path: str | Path) -> Path:
+    """Write a pytest-benchmark JSON file (readable by ``pytest-benchmark compare``) from a results
+    frame or a run directory; returns the path. Only ok points are exported."""
+    manifest: dict[str, Any] = {}
+    if isinstance(source, pd.DataFrame):
+        df = source
+    else:
+        manifest = store.read_manifest(Path(source))
+        df = records_to_frame(store.read_records(Path(source)))
+    ok = df[df["status"] == "ok"] if "status" in df else df
+    if ok.empty:
+        raise ValueError("no ok points to export")
+    keys = point_key_columns(ok)
+    groups = point_groups(ok, keys)
+    labels = [first_label(ok.iloc[pos]) for pos in groups.values()]
+    names = describe_points([dict(zip(keys, k, strict=True)) for k in groups], labels)
+    benchmarks = [_benchmark(ok.iloc[pos], name) for pos, name in zip(groups.values(), names, strict=True)]
+    first = ok.iloc[0]
+    source_info = manifest.get("source") or {}
+    commit = first.get("env.git_commit")
+    doc = {
+        "machine_info": source_info.get("machine_info") or _json_safe(_machine_info(first)),
+        "commit_info": source_info.get("commit_info") or {
+            "id": commit, "time": None, "author_time": None, "dirty": str(commit or "").endswith("-dirty"),
+            "project": first.get("suite"), "branch": None,
+        },
+        "benchmarks": benchmarks,
+        "datetime": str(ok["started_at"].min()) if "started_at" in ok else None,
+        "version": pytest_benchmark_version,
+    }
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(doc, indent=2, default=str))
+    return out_path

@@ -1,0 +1,409 @@
+"""The benchmark report: Markdown and one self-contained HTML page (plots embedded as base64).
+
+``build_report`` summarises a results frame per suite (sweep table, batch scaling, effective
+throughput, step-time distributions, compile amortisation, optimisation breakdown, loss curves,
+decoders, profiles), writes the PNGs, ``report.md`` (linking them) and ``report.html``
+(embedding them). Both documents are rendered from one list of blocks, so they say the same.
+
+``suite_meta`` is the suite's definition (a dict with ``name``), or ``{suite name: definition}``
+for several suites. Keys read: ``description``, ``breakdown`` (ordered labels), ``equivalent``
+(lists of labels whose losses should match), ``sweep.search.knob`` (the batch knob, default mbs).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchbay.analysis import plots
+from benchbay.analysis.breakdown import BEST_PREFIX, leave_one_out, waterfall
+from benchbay.analysis.frame import is_missing
+from benchbay.analysis.mfu import peak_sources
+from benchbay.analysis.steady import amortisation_table
+from benchbay.analysis.tables import (
+    effective_throughput,
+    equivalent_groups,
+    loss_agreement,
+    point_summary,
+    sweep_table,
+)
+
+ENV_COLUMNS = ("env.machine_key", "env.gpu", "env.gpu_count", "env.driver", "env.cuda", "env.torch", "env.git_commit")
+TOP_OPS = 10
+MAX_CELL = 160  # characters; longer texts (failure reasons) are cut
+#: the decoder table: (column, heading, scale)
+DECODER_COLUMNS = (
+    ("extra.view_latency_s_median", "per-view median (ms)", 1e3),
+    ("extra.view_latency_s_p90", "per-view p90 (ms)", 1e3),
+    ("extra.sample_latency_s_median", "per-sample median (ms)", 1e3),
+    ("extra.open_s_median", "open median (ms)", 1e3),
+    ("extra.frames_per_s", "frames/s", 1.0),
+    ("extra.cpu_util_mean", "CPU util (% of a core)", 1.0),
+    ("extra.cpu_s_per_sample", "CPU s/sample", 1.0),
+)
+
+
+# --- the document model: what both renderers draw ------------------------------------------------
+@dataclass
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass
+class Text:
+    text: str
+
+
+@dataclass
+class Table:
+    frame: pd.DataFrame  # display strings; a "status" column gets marked when not ok
+    caption: str = ""
+
+
+@dataclass
+class Image:
+    path: Path
+    caption: str
+
+
+Block = Heading | Text | Table | Image
+
+
+# --- number formatting ---------------------------------------------------------------------------
+def _formatter(column: str) -> Callable[[Any], str]:
+    if column == "mfu":
+        return "{:.1%}".format
+    if "change" in column:
+        return "{:+.1%}".format
+    if column in ("ratio", "speedup"):
+        return "{:.2f}x".format
+    if column.endswith("_gib"):
+        return "{:.1f}".format
+    return lambda v: f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
+
+
+DISPLAY_NAMES = {
+    "step_time_s": "step (s)", "step_time_p10_s": "p10 (s)", "step_time_p90_s": "p90 (s)",
+    "samples_per_s_per_gpu": "samples/s/GPU", "peak_mem_allocated_gib": "peak alloc (GiB)",
+    "peak_mem_reserved_gib": "peak reserved (GiB)", "mfu": "MFU", "warmup_detected": "warm-up steps (detected)",
+    "first_step_s": "first step (s)", "eager_step_time_s": "eager step (s)", "overhead_s": "overhead (s)",
+    "break_even_steps": "break-even (steps)", "step_change": "step time change [CI]",
+    "throughput_change": "throughput change [CI]", "speedup": "speed-up", "first_failing": "first failing",
+    "largest_ok": "largest ok", "eager_point": "eager point", "final_loss": "final loss",
+    "max_abs_diff": "max abs diff from first",
+}
+
+
+def _with_intervals(table: pd.DataFrame) -> pd.DataFrame:
+    """Fold ``x``, ``x_low``, ``x_high`` columns into one ``+12.3% [+10.1%, +14.0%]`` column."""
+    table = table.copy()
+    for column in [c for c in table.columns if f"{c}_low" in table.columns]:
+        fmt = _formatter(column)
+
+        def cell(row: pd.Series) -> str:
+            value, low, high = row[column], row[f"{column}_low"], row[f"{column}_high"]
+            if is_missing(value):
+                return ""
+            bounds = "" if is_missing(low) or is_missing(high) else f" [{fmt(low)}, {fmt(high)}]"
+            return fmt(value) + bounds
+
+        table[column] = table.apply(cell, axis=1) if len(table) else []
+        table = table.drop(columns=[f"{column}_low", f"{column}_high"])
+    return table
+
+
+def display(table: pd.DataFrame) -> pd.DataFrame:
+    """A table as display strings: intervals folded, numbers formatted, index as columns, names."""
+    table = _with_intervals(table.reset_index() if table.index.name or table.index.nlevels > 1 else table)
+    out = pd.DataFrame(index=range(len(table)))
+    for column in table.columns:
+        fmt = _formatter(column)
+        cells = ["" if is_missing(v) else (v if isinstance(v, str) else fmt(v)) for v in table[column]]
+        out[DISPLAY_NAMES.get(column, column)] = [c if len(c) <= MAX_CELL else c[: MAX_CELL - 3] + "..." for c in cells]
+    return out
+
+
+# --- the sections ----------------------------------------------------------------------------------
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "suite"
+
+
+def _suite_metas(suite_meta: Mapping | None) -> dict[str, Mapping]:
+    if not suite_meta:
+        return {}
+    if "name" in suite_meta and isinstance(suite_meta["name"], str):
+        return {suite_meta["name"]: suite_meta}
+    return dict(suite_meta)
+
+
+def _search_knob(meta: Mapping) -> str:
+    return ((meta.get("sweep") or {}).get("search") or {}).get("knob", "mbs")
+
+
+def _breakdown_labels(points: pd.DataFrame, meta: Mapping) -> list[str]:
+    """The suite's ``breakdown``, else every label in record order except ``best-*``."""
+    if meta.get("breakdown"):
+        return list(meta["breakdown"])
+    labels = points["label"].dropna().astype(str).unique() if "label" in points else []
+    return [label for label in labels if not label.startswith(BEST_PREFIX)]
+
+
+def _overview(df: pd.DataFrame, title: str) -> list[Block]:
+    counts = df.groupby(["suite", "run_id"], sort=False)["status"].agg(
+        lambda s: ", ".join(f"{k} {v}" for k, v in s.value_counts().items())).rename("records")
+    env = df.groupby(["suite", "run_id"], sort=False)[[c for c in ENV_COLUMNS if c in df.columns]].first()
+    runs = pd.concat([counts, env], axis=1).reset_index()
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return [Heading(title, 1), Text(f"Generated {stamp} from {len(df)} records."),
+            Table(display(runs.rename(columns=lambda c: c.removeprefix("env."))), "runs and environments")]
+
+
+def _sweep_blocks(points: pd.DataFrame, peak_flops: float | None) -> list[Block]:
+    blocks: list[Block] = [Heading("Sweep", 3), Table(display(sweep_table(points)))]
+    sources = peak_sources(points.get("env.gpu", []), peak_flops)
+    if points["mfu"].notna().any() and sources:
+        blocks.append(Text("MFU = flops_per_sample x samples/s/GPU / peak; peak: "
+                           + "; ".join(f"{d}: {s}" for d, s in sources.items()) + "."))
+    return blocks
+
+
+def _batch_blocks(points: pd.DataFrame, knob: str, stem: str, out_dir: Path) -> list[Block]:
+    figure = plots.batch_scaling(points, out_dir / f"{stem}-batch_scaling.png", knob)
+    if figure is None:
+        return []
+    table = effective_throughput(points, knob)
+    return [Heading("Batch size", 3),
+            Image(figure, f"throughput and peak memory against {knob}"),
+            Text(f"Effective throughput: each configuration at its own largest feasible {knob}; "
+                 "ratio = samples/s/GPU relative to the first configuration."),
+            Table(display(table))]
+
+
+def _step_time_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
+    blocks: list[Block] = []
+    figure = plots.step_time_distributions(points, out_dir / f"{stem}-step_times.png")
+    if figure is not None:
+        blocks += [Heading("Step times", 3), Image(figure, "steady-state step times per point")]
+    amortisation = amortisation_table(points)
+    if len(amortisation):
+        blocks += [Heading("Compile and capture amortisation", 3),
+                   Text("Steps to repay the first (compiling / capturing) step against the eager point: "
+                        "(first step - eager step) / (eager step - step)."),
+                   Table(display(amortisation))]
+    return blocks
+
+
+def _breakdown_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: Path) -> list[Block]:
+    labels = _breakdown_labels(points, meta)
+    if len(labels) < 2:
+        return []
+    table = waterfall(points, labels)
+    blocks: list[Block] = [Heading("Optimisation breakdown", 3),
+                           Text("Each step against the previous ok step; 95% bootstrap intervals over repeats "
+                                "and steady-state steps; speed-up = throughput over the first step.")]
+    figure = plots.waterfall(table, out_dir / f"{stem}-waterfall.png")
+    if figure is not None:
+        blocks.append(Image(figure, "optimisation waterfall"))
+    blocks.append(Table(display(table)))
+    best = "best" if "best" in set(points["label"].dropna()) else labels[-1]
+    loo = leave_one_out(points, best, _search_knob(meta))
+    if len(loo):
+        blocks += [Heading(f"Leave one out (from {best})", 4),
+                   Text("Change when one optimisation is removed from the best configuration: "
+                        "a slower step means the optimisation was paying off."),
+                   Table(display(loo))]
+    return blocks
+
+
+def _loss_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: Path) -> list[Block]:
+    groups = equivalent_groups(points, meta.get("equivalent"))
+    figure = plots.loss_curves(groups, out_dir / f"{stem}-losses.png")
+    if figure is None:
+        return []
+    blocks: list[Block] = [Heading("Loss curves of equivalent points", 3),
+                           Image(figure, "losses of points that should train alike")]
+    blocks += [Table(display(loss_agreement(g)), f"group {i + 1}") for i, g in enumerate(groups)]
+    return blocks
+
+
+def _decoder_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
+    decoders = plots.decoder_points(points)
+    if decoders.empty:
+        return []
+    blocks: list[Block] = [Heading("Decoders", 3)]
+    latency = plots.decoder_latency(points, out_dir / f"{stem}-decode_latency.png")
+    blocks.append(Image(latency, "per-view decode latency"))
+    table = pd.DataFrame({"decoder": decoders["name"]})
+    for column, name, scale in DECODER_COLUMNS:
+        if column in decoders:
+            table[name] = decoders[column].astype(float) * scale
+    blocks.append(Table(display(table)))
+    cpu = plots.cpu_utilisation(points, out_dir / f"{stem}-cpu_util.png")
+    if cpu is not None:
+        blocks.append(Image(cpu, "process CPU utilisation during decoding"))
+    return blocks
+
+
+def _top_ops(ops: Iterable[Mapping]) -> pd.DataFrame:
+    rows = []
+    for op in list(ops)[:TOP_OPS]:
+        seconds = op.get("self_device_time_s", op.get("self_cpu_time_s"))
+        rows.append({"op": op.get("name"), "self time (ms)": None if seconds is None else seconds * 1e3,
+                     "share": op.get("share")})
+    return pd.DataFrame(rows).assign(share=lambda t: t["share"].map(lambda s: "" if is_missing(s) else f"{s:.1%}"))
+
+
+def _profile_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
+    blocks: list[Block] = []
+    figure = plots.phases(points, out_dir / f"{stem}-phases.png")
+    if figure is not None:
+        blocks.append(Image(figure, "phases of the profiled step"))
+    if "extra.profile_top_ops" in points:
+        profiled = points[points["extra.profile_top_ops"].map(lambda v: isinstance(v, list) and len(v) > 0)]
+        for _, point in profiled.iterrows():
+            blocks.append(Table(display(_top_ops(point["extra.profile_top_ops"])), f"top ops: {point['name']}"))
+    return [Heading("Profiles", 3), *blocks] if blocks else []
+
+
+def _suite_blocks(points: pd.DataFrame, meta: Mapping, out_dir: Path, peak_flops: float | None) -> list[Block]:
+    suite = str(points["suite"].iloc[0])
+    stem = _slug(suite)
+    blocks: list[Block] = [Heading(f"Suite {suite}")]
+    if meta.get("description"):
+        blocks.append(Text(str(meta["description"])))
+    knob = _search_knob(meta)
+    for section in (
+        _sweep_blocks(points, peak_flops),
+        _batch_blocks(points, knob, stem, out_dir),
+        _step_time_blocks(points, stem, out_dir),
+        _breakdown_blocks(points, meta, stem, out_dir),
+        _loss_blocks(points, meta, stem, out_dir),
+        _decoder_blocks(points, stem, out_dir),
+        _profile_blocks(points, stem, out_dir),
+    ):
+        blocks += section
+    return blocks
+
+
+# --- rendering -----------------------------------------------------------------------------------
+def _status_class(value: str) -> str:
+    """``ok``, ``mixed`` (repeats disagree) or the failing status itself (``oom``, ``crash``...)."""
+    if value in ("", "ok"):
+        return "ok"
+    return "mixed" if "," in value else re.sub(r"[^a-z]", "", value.lower()) or "other"
+
+
+def _markdown(blocks: list[Block]) -> str:
+    lines: list[str] = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            lines += ["#" * block.level + " " + block.text, ""]
+        elif isinstance(block, Text):
+            lines += [block.text, ""]
+        elif isinstance(block, Image):
+            lines += [f"![{block.caption}]({block.path.name})", ""]
+        elif isinstance(block, Table):
+            if block.caption:
+                lines += [f"*{block.caption}*", ""]
+            lines += _markdown_table(block.frame) + [""]
+    return "\n".join(lines)
+
+
+def _markdown_table(frame: pd.DataFrame) -> list[str]:
+    def cell(column: str, value: str) -> str:
+        value = value.replace("|", "\\|")
+        return f"**{value.upper()}**" if column == "status" and value and value != "ok" else value
+
+    rows = [" | ".join(cell(c, v) for c, v in zip(frame.columns, row, strict=True))
+            for row in frame.itertuples(index=False)]
+    return ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)] + [f"| {r} |" for r in rows]
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+.wide { overflow-x: auto; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
+th { background: #f2f2f2; } td:first-child { text-align: left; }
+td.status-oom { background: #fbd5d5; font-weight: bold; } td.status-crash, td.status-timeout,
+td.status-error, td.status-diverged { background: #f8c4a0; font-weight: bold; }
+td.status-mixed { background: #fff1b8; font-weight: bold; } td.status-ok { color: #15692b; }
+td.status-skipped, td.status-missing { color: #777; font-style: italic; }
+figure { margin: 1em 0; } figure img { max-width: 100%; } figcaption { font-size: 0.85em; color: #555; }
+caption { caption-side: top; text-align: left; font-style: italic; }
+"""
+
+# records, for a headless browser's --dump-dom, how many embedded images decoded
+_LOAD_CHECK = """
+window.addEventListener("load", function () {
+  var images = Array.prototype.slice.call(document.images);
+  var loaded = images.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  document.body.setAttribute("data-images", images.length);
+  document.body.setAttribute("data-loaded", loaded);
+});
+"""
+
+
+def _html(blocks: list[Block], title: str) -> str:
+    esc = html.escape
+    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>",
+             f"<style>{_CSS}</style><script>{_LOAD_CHECK}</script></head><body>"]
+    for block in blocks:
+        if isinstance(block, Heading):
+            parts.append(f"<h{block.level}>{esc(block.text)}</h{block.level}>")
+        elif isinstance(block, Text):
+            parts.append(f"<p>{esc(block.text)}</p>")
+        elif isinstance(block, Image):
+            data = base64.b64encode(block.path.read_bytes()).decode("ascii")
+            parts.append(f"<figure><img alt=\"{esc(block.caption)}\" src=\"data:image/png;base64,{data}\">"
+                         f"<figcaption>{esc(block.caption)}</figcaption></figure>")
+        elif isinstance(block, Table):
+            parts.append(_html_table(block.frame, block.caption))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _html_table(frame: pd.DataFrame, caption: str) -> str:
+    esc = html.escape
+
+    def cell(column: str, value: str) -> str:
+        attrs = f' class="status-{_status_class(value)}"' if column == "status" else ""
+        return f"<td{attrs}>{esc(value)}</td>"
+
+    head = "".join(f"<th>{esc(c)}</th>" for c in frame.columns)
+    body = "".join("<tr>" + "".join(cell(c, v) for c, v in zip(frame.columns, row, strict=True)) + "</tr>"
+                   for row in frame.itertuples(index=False))
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return f'<div class="wide"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay report",
+                 suite_meta: Mapping | None = None, peak_flops: float | None = None) -> Path:
+    """Write ``report.md``, ``report.html`` and the PNGs into ``out_dir``; return the HTML's path.
+
+    ``df`` is the flattened results frame (``benchbay.analysis.frame.records_to_frame``).
+    ``peak_flops`` (FLOP/s) forces the MFU denominator for every point.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if df.empty:
+        raise ValueError("no records to report")
+    summary = point_summary(df, peak_flops)
+    metas = _suite_metas(suite_meta)
+    blocks = _overview(df, title)
+    for suite, points in summary.groupby("suite", sort=False):
+        blocks += _suite_blocks(points.reset_index(drop=True), metas.get(suite, {}), out_dir, peak_flops)
+    (out_dir / "report.md").write_text(_markdown(blocks))
+    html_path = out_dir / "report.html"
+    html_path.write_text(_html(blocks, title))
+    return html_path

@@ -1,0 +1,325 @@
+"""Analysis and report from the recorded fixture results (tests/fixtures/*.jsonl)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from benchbay.analysis import plots
+from benchbay.analysis.batch_search import fits_with_headroom, largest_feasible, ran_ok
+from benchbay.analysis.breakdown import leave_one_out, waterfall
+from benchbay.analysis.frame import flatten_record, knob_columns, records_to_frame
+from benchbay.analysis.mfu import PEAK_ENV_VAR, lookup_peak, mfu_column, peak_flops_for
+from benchbay.analysis.steady import amortisation_steps, amortisation_table, detect_warmup
+from benchbay.analysis.tables import (
+    combined_status,
+    effective_throughput,
+    equivalent_groups,
+    point_summary,
+    sweep_table,
+)
+from benchbay.report import build_report
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BREAKDOWN = ["baseline", "+attention", "+compile", "+cuda_graph", "+selective"]
+SUITE_META = {"name": "fixture-train", "description": "recorded fixture", "breakdown": BREAKDOWN,
+              "sweep": {"search": {"knob": "mbs", "min": 1, "max": 256}}}
+H200_PEAK = 799e12
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+
+
+def load(name: str) -> list[dict]:
+    return [json.loads(line) for line in (FIXTURES / name).read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def train_records() -> list[dict]:
+    return load("train_records.jsonl")
+
+
+@pytest.fixture(scope="module")
+def records(train_records) -> list[dict]:
+    return train_records + load("decode_records.jsonl")
+
+
+@pytest.fixture(scope="module")
+def summary(records) -> pd.DataFrame:
+    return point_summary(records_to_frame(records))
+
+
+@pytest.fixture(scope="module")
+def train(summary) -> pd.DataFrame:
+    return summary[summary["suite"] == "fixture-train"].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def report_dir(records, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    build_report(records_to_frame(records), out, title="Fixture report", suite_meta=SUITE_META)
+    return out
+
+
+def by_label(records: list[dict], label: str) -> list[dict]:
+    return [r for r in records if r["label"] == label]
+
+
+def pooled_steady(records: list[dict]) -> np.ndarray:
+    return np.concatenate([r["series"]["step_times_s"][r["metrics"]["warmup_steps"]:] for r in records])
+
+
+# --- frame ---------------------------------------------------------------------------------------
+def test_flatten_record_layout(train_records):
+    row = flatten_record(train_records[0])
+    assert row["mbs"] == 1 and row["compile"] == "off" and row["param.preset"] == "tiny"
+    assert row["env.gpu"] == "NVIDIA H200" and row["step_time_s"] == train_records[0]["metrics"]["step_time_s"]
+    assert isinstance(row["step_times_s"], list) and "extra.phases" in row
+    assert set(row["knob_names"]) == set(train_records[0]["knobs"])
+
+
+def test_knobs_keep_their_values_beside_another_suite(records):
+    df = records_to_frame(records)
+    assert "mbs" in knob_columns(df) and "backend" in knob_columns(df)
+    assert df["mbs"].dropna().map(type).eq(int).all()  # not turned into floats by the decode rows
+
+
+# --- tables --------------------------------------------------------------------------------------
+def test_sweep_table_matches_the_records(train_records, train):
+    table = sweep_table(train)
+    assert table.index.names == ["attention", "compile", "cuda_graph", "mbs", "offload", "recompute", "sharding"]
+    assert len(table) == len({r["point_id"] for r in train_records})
+    for point_id in {r["point_id"] for r in train_records}:
+        reps = [r for r in train_records if r["point_id"] == point_id]
+        row = train[train["point_id"] == point_id].iloc[0]
+        assert row["repeats"] == len(reps)
+        if reps[0]["status"] != "ok":
+            assert row["status"] == reps[0]["status"] and row["reason"] == reps[0]["reason"]
+            assert math.isnan(row["step_time_s"])
+            continue
+        assert row["step_time_s"] == pytest.approx(np.median(pooled_steady(reps)))
+        if len(reps) == 1:
+            assert row["step_time_s"] == pytest.approx(reps[0]["metrics"]["step_time_s"])
+        rates = [r["metrics"]["samples_per_s_per_gpu"] for r in reps]
+        assert row["samples_per_s_per_gpu"] == pytest.approx(np.median(rates))
+        assert row["peak_mem_reserved_gib"] == max(r["metrics"]["peak_mem_reserved_gib"] for r in reps)
+        assert row["warmup_detected"] == reps[0]["metrics"]["warmup_steps"]
+    assert set(train["status"]) == {"ok", "oom", "crash", "skipped", "timeout"}
+
+
+def test_combined_status_counts_disagreeing_repeats():
+    assert combined_status(["ok", "ok"]) == "ok"
+    assert combined_status(["ok", "oom", "ok"]) == "ok 2/3, oom 1/3"
+
+
+def test_mfu_is_recomputed_where_missing(train_records, train, monkeypatch):
+    monkeypatch.delenv(PEAK_ENV_VAR, raising=False)
+    ok = train[train["status"] == "ok"]
+    assert train_records[0]["metrics"]["mfu"] is not None
+    assert by_label(train_records, "+compile")[0]["metrics"]["mfu"] is None
+    expected = ok["flops_per_sample"] * ok["samples_per_s_per_gpu"] / H200_PEAK
+    np.testing.assert_allclose(ok["mfu"], expected, rtol=1e-9)
+    df = records_to_frame(train_records)
+    achieved = (df["flops_per_sample"] * df["samples_per_s_per_gpu"]).dropna()
+    np.testing.assert_allclose(mfu_column(df, peak_flops=1e15).dropna(), achieved / 1e15)
+    monkeypatch.setenv(PEAK_ENV_VAR, "500")
+    np.testing.assert_allclose(mfu_column(df).dropna(), achieved / 5e14)
+
+
+def test_peak_table_by_device_name(monkeypatch):
+    monkeypatch.delenv(PEAK_ENV_VAR, raising=False)
+    assert peak_flops_for("NVIDIA H200") == 799e12
+    assert peak_flops_for("NVIDIA H100 80GB HBM3") == 989e12
+    assert peak_flops_for("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops_for("NVIDIA A100-SXM4-80GB") == 312e12
+    assert peak_flops_for("NVIDIA L40S") == 362e12
+    assert peak_flops_for("NVIDIA RTX PRO 6000 Blackwell Server Edition") == 500e12
+    assert peak_flops_for(None) is None and lookup_peak("Some CPU") is None
+    assert peak_flops_for(None, peak_flops=1e14) == 1e14
+
+
+def test_effective_throughput_takes_each_configuration_at_its_largest_ok_batch(train_records, train):
+    table = effective_throughput(train, "mbs")
+    assert list(table["largest_ok"]) == [6, 13]
+    assert list(table["first_failing"]) == ["7 (oom)", "14 (oom)"]
+
+    def rate(overrides_label: str, mbs: int) -> float:
+        base = by_label(train_records, overrides_label)[0]["knobs"]
+        found = [r for r in train_records if r["knobs"] == {**base, "mbs": mbs}]
+        return found[0]["metrics"]["samples_per_s_per_gpu"]
+
+    assert table["ratio"].iloc[1] == pytest.approx(rate("+selective", 13) / rate("baseline", 6))
+
+
+def test_loss_groups_pair_points_that_differ_in_compile_or_graphs_only(train):
+    groups = [sorted(g["name"]) for g in equivalent_groups(train)]
+    assert groups == [["+attention", "+compile", "+cuda_graph"], ["+selective", "best-cuda_graph"]]
+    assert [sorted(g["name"]) for g in equivalent_groups(train, [["baseline", "best-attention"]])] == \
+        [["baseline", "best-attention"]]
+
+
+# --- breakdown -----------------------------------------------------------------------------------
+def test_waterfall_deltas_match_the_records(train_records, train):
+    table = waterfall(train, BREAKDOWN).set_index("label")
+    assert list(table.index) == BREAKDOWN and (table["status"] == "ok").all()
+    for previous, label in zip(BREAKDOWN, BREAKDOWN[1:], strict=False):
+        before, after = by_label(train_records, previous), by_label(train_records, label)
+        ratio = np.median(pooled_steady(after)) / np.median(pooled_steady(before))
+        row = table.loc[label]
+        assert row["step_change"] == pytest.approx(ratio - 1)
+        assert row["step_change_low"] <= row["step_change"] <= row["step_change_high"] < 0  # a clear gain
+        rate = lambda recs: np.median([r["metrics"]["samples_per_s_per_gpu"] for r in recs])  # noqa: E731
+        assert row["throughput_change"] == pytest.approx(rate(after) / rate(before) - 1)
+        assert row["throughput_change_low"] <= row["throughput_change"] <= row["throughput_change_high"]
+    assert table.loc["+compile", "changes"] == "compile: off -> blocks"
+    first = np.median([r["metrics"]["samples_per_s_per_gpu"] for r in by_label(train_records, "baseline")])
+    last = np.median([r["metrics"]["samples_per_s_per_gpu"] for r in by_label(train_records, "+selective")])
+    assert table.loc["+selective", "speedup"] == pytest.approx(last / first)
+
+
+def test_waterfall_marks_missing_and_failed_labels(train):
+    table = waterfall(train, ["baseline", "nope", "+compile"]).set_index("label")
+    assert table.loc["nope", "status"] == "missing"
+    assert not math.isnan(table.loc["+compile", "step_change"])  # compared with baseline, the last ok
+
+
+def test_leave_one_out_finds_labelled_and_one_knob_points(train_records, train):
+    table = leave_one_out(train, "+selective", "mbs").set_index("without")
+    assert set(table.index) == {"attention", "cuda_graph", "recompute=selective"}
+    assert table.loc["recompute=selective", "point"] == "+cuda_graph"
+    best = np.median(pooled_steady(by_label(train_records, "+selective")))
+    slower = np.median(pooled_steady(by_label(train_records, "best-attention")))
+    assert table.loc["attention", "step_change"] == pytest.approx(slower / best - 1)
+    assert (table["step_change_low"] > 0).all()  # every optimisation was paying off
+
+
+# --- steady state --------------------------------------------------------------------------------
+@pytest.mark.parametrize("series, expected", [
+    ([1.0] * 12, 0),
+    ([50.0, 3.0, 1.2] + [1.0] * 10, 3),
+    ([50.0, 1.0, 1.0, 1.0, 1.0, 3.0, 1.0, 1.0, 1.0, 1.0, 1.0], 1),  # a later hiccup is not warm-up
+    ([5.0, 1.0], 0),  # too short to tell
+    (list(np.linspace(2.0, 1.0, 8)) + [1.0] * 8, 7),
+])
+def test_detect_warmup(series, expected):
+    assert detect_warmup(series) == expected
+
+
+def test_amortisation():
+    assert amortisation_steps(45.0, 1.4, 1.65) == pytest.approx((45.0 - 1.65) / 0.25)
+    assert amortisation_steps(45.0, 1.7, 1.65) == math.inf
+    assert amortisation_steps(1.5, 1.4, 1.65) == 0.0
+
+
+def test_amortisation_table_pairs_compiled_points_with_their_eager_twin(train):
+    table = amortisation_table(train).set_index("point")
+    assert dict(table["eager_point"]) == {"+compile": "+attention", "+cuda_graph": "+attention"}
+    row = train.set_index("name").loc["+cuda_graph"]
+    eager = train.set_index("name").loc["+attention"]
+    assert table.loc["+cuda_graph", "break_even_steps"] == pytest.approx(
+        (row["first_step_s"] - eager["step_time_s"]) / (eager["step_time_s"] - row["step_time_s"]))
+
+
+# --- batch search --------------------------------------------------------------------------------
+@pytest.mark.parametrize("lo, hi", [(1, 256), (1, 200), (1, 16), (2, 64), (4, 4)])
+def test_largest_feasible_finds_every_boundary_within_the_budget(lo, hi):
+    budget = math.ceil(math.log2(hi / lo)) + 2
+    for boundary in [None, *range(lo, hi + 1)]:
+        found, probed = largest_feasible(lambda v: boundary is not None and v <= boundary, lo, hi)
+        assert found == boundary
+        assert len(probed) <= budget and len(set(probed)) == len(probed)
+        assert all(lo <= v <= hi for v in probed)
+
+
+def test_largest_feasible_doubles_first_when_the_budget_allows():
+    found, probed = largest_feasible(lambda v: v <= 26, 1, 256, max_probes=16)
+    assert found == 26 and probed[:6] == [1, 2, 4, 8, 16, 32]
+    assert largest_feasible(lambda v: False, 1, 256) == (None, [1])
+    assert largest_feasible(lambda v: True, 1, 256)[0] == 256
+    # a range too narrow for the default budget still gets the fewest probes that can work
+    assert len(largest_feasible(lambda v: v <= 17, 16, 32)[1]) <= math.ceil(math.log2(32 - 16 + 2))
+    with pytest.raises(ValueError):
+        largest_feasible(lambda v: True, 8, 4)
+
+
+def test_criteria_over_records(train_records):
+    ok = [r for r in train_records if r["status"] == "ok" and r["knobs"]["mbs"] == 13][0]  # 135.5 of 139.8 GiB
+    oom = [r for r in train_records if r["status"] == "oom"][0]
+    assert ran_ok(ok) and not ran_ok(oom)
+    assert fits_with_headroom(2.0)(ok) and not fits_with_headroom(8.0)(ok)
+    assert fits_with_headroom(8.0, limit_gib=200.0)(ok)
+    assert not fits_with_headroom(2.0)({**ok, "metrics": {**ok["metrics"], "alloc_retries": 3}})
+    assert not fits_with_headroom(2.0)(oom)
+    assert fits_with_headroom(2.0)(flatten_record(ok))  # a flattened row works too
+
+
+# --- the report ----------------------------------------------------------------------------------
+def test_report_files_and_tables(report_dir, train_records):
+    md = (report_dir / "report.md").read_text()
+    html = (report_dir / "report.html").read_text()
+    pngs = sorted(report_dir.glob("*.png"))
+    kinds = {p.name.split("-", 2)[-1] for p in pngs}
+    assert {"batch_scaling.png", "step_times.png", "waterfall.png", "losses.png", "phases.png",
+            "decode_latency.png", "cpu_util.png"} <= kinds
+    for png in pngs:
+        assert f"]({png.name})" in md
+        assert base64.b64encode(png.read_bytes()).decode() in html
+    assert html.count("data:image/png;base64,") == len(pngs)
+    for status in ("OOM", "CRASH", "SKIPPED", "TIMEOUT"):
+        assert f"**{status}**" in md
+    assert 'class="status-oom"' in html and 'class="status-crash"' in html
+    baseline = by_label(train_records, "baseline")
+    assert f"{np.median(pooled_steady(baseline)):.4g}" in md
+    for heading in ("Sweep", "Batch size", "Optimisation breakdown", "Leave one out", "Compile and capture",
+                    "Loss curves", "Decoders", "Profiles", "aten::mm"):
+        assert heading in md
+    assert "| backend=torchcodec, mode=best | 21 | 25 |" in md  # per-view latency in ms
+
+
+def test_plots_are_valid_non_blank_pngs(report_dir):
+    for png in report_dir.glob("*.png"):
+        with Image.open(png) as image:
+            assert image.format == "PNG" and image.width >= 300 and image.height >= 200
+            pixels = np.asarray(image.convert("RGB"), dtype=float)
+        assert pixels.std() > 10  # not a blank canvas
+        assert (pixels.reshape(-1, 3) < 200).any(axis=1).mean() > 0.01  # something drawn
+
+
+def test_plots_return_none_without_data(tmp_path, train):
+    failed = train[train["status"] != "ok"]
+    assert plots.batch_scaling(failed, tmp_path / "a.png") is None
+    assert plots.step_time_distributions(failed, tmp_path / "b.png") is None
+    assert plots.decoder_latency(failed, tmp_path / "c.png") is None
+    assert plots.loss_curves([], tmp_path / "d.png") is None
+    assert not list(tmp_path.iterdir())
+
+
+def test_report_of_failures_only_and_without_suite_meta(train_records, tmp_path):
+    failed = [r for r in train_records if r["status"] != "ok"]
+    html = build_report(records_to_frame(failed), tmp_path / "failed")
+    assert html.exists() and not list((tmp_path / "failed").glob("*.png"))
+    assert "**CRASH**" in (tmp_path / "failed" / "report.md").read_text()
+    build_report(records_to_frame(train_records), tmp_path / "inferred")  # breakdown from labels
+    assert "Optimisation breakdown" in (tmp_path / "inferred" / "report.md").read_text()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_every_plot_loads_in_a_headless_browser(report_dir, tmp_path):
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
+               (report_dir / "report.html").as_uri()]
+    dom = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+    body = re.search(r"<body[^>]*>", dom).group(0)
+    images = int(re.search(r'data-images="(\d+)"', body).group(1))
+    loaded = int(re.search(r'data-loaded="(\d+)"', body).group(1))
+    assert images == len(list(report_dir.glob("*.png"))) > 0
+    assert loaded == images

@@ -20,6 +20,14 @@ def lint(session):
     session.run("ruff", "check", "benchbay", "tests", "benchmarks", "noxfile.py")
 
 
+@nox.session(python=False)
+def gate(session):
+    """Run the suites named after -- (default: quickstart) and gate each against this machine's baseline."""
+    for name in session.posargs or ["quickstart"]:
+        session.run("python", "-m", "benchbay", "run", f"suites/{name}.yaml")
+        session.run("python", "-m", "benchbay", "gate", name, "--markdown", f"reports/gate-{name}.md")
+
+
 def _suite_session(path: Path):
     def run_suite(session):
         session.run("python", "-m", "benchbay", "run", str(path), *session.posargs)

@@ -64,6 +64,18 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_profile(args) -> int:
+    from benchbay.profiling import profile_points
+    from benchbay.suite import SuiteError
+
+    try:
+        run = profile_points(_suite(args), args.point, args.results)
+    except (SuiteError, ValueError) as exc:
+        return _fail(exc)
+    console.print(f"profiles: {run / 'profiles'} (records: {run})")
+    return 0
+
+
 def cmd_list(args) -> int:
     from benchbay import knobs
     from benchbay.workloads import registry
@@ -251,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     p.add_argument("--report-dir", help="where the report goes (default: reports/<suite>)")
     suite_cmd("validate", cmd_validate, "check a suite file and count its points")
+    p = suite_cmd("profile", cmd_profile, "run chosen points under torch.profiler (trace, top ops, phases, syncs)")
+    p.add_argument("--point", action="append", default=[], metavar="LABEL", help="a point label (repeatable; "
+                   "default: every point)")
+    p.add_argument("--results", default="results")
 
     p = sub.add_parser("list", help="suites, workloads and knobs")
     p.add_argument("--suites", default="suites")

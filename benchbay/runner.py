@@ -75,11 +75,12 @@ class SuiteRunner:
         return store.run_dir(self.root, self.suite.name, store.new_run_id())
 
     # ---- one point ------------------------------------------------------------------------------
-    def spec(self, point: Point) -> dict[str, Any]:
+    def spec(self, point: Point, repeat: int = 0) -> dict[str, Any]:
         steps = self.suite.steps
         return {"workload": self.suite.workload, "params": self.suite.params, "knobs": point.knobs,
                 "steps": {"warmup": steps.warmup, "measure": steps.measure, "steady": steps.steady},
-                "device": self.device, "profile": point.label in self.suite.profile if point.label else False}
+                "device": self.device, "profile": point.label in self.suite.profile if point.label else False,
+                "profile_dir": str(self.run / "profiles" / f"{point.point_id}-{repeat}")}
 
     def measure(self, point: Point, repeat: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run (or skip) one point, append its record, return it."""
@@ -89,7 +90,7 @@ class SuiteRunner:
             outcome = {"status": "skipped", "reason": point.excluded, "metrics": {}, "series": {}, "extra": {}}
         else:
             workdir = self._scratch / f"{point.point_id}-{repeat}"
-            outcome = run_point(self.spec(point), workdir, self.suite.timeout, self.launch)
+            outcome = run_point(self.spec(point, repeat), workdir, self.suite.timeout, self.launch)
         world = self.launch.world_size
         metrics = dict(outcome.get("metrics") or {})
         metrics.update(derived_metrics(metrics, world, self.env.get("gpu")))
@@ -179,6 +180,9 @@ class SuiteRunner:
             return feasible(record, search.headroom_gib, search.zero_retries)
 
         largest, _ = largest_feasible(probe, search.min, search.max)
+        from benchbay.profiling import snapshot_search_edges  # lazy: profiling imports the runner
+
+        snapshot_search_edges(self, config, records)
         if records:
             records[-1]["extra"]["search_largest"] = largest
         return records

@@ -56,3 +56,19 @@ steps: {{warmup: 1, measure: 2}}
     assert shown.returncode == 0, shown.stderr
     assert "error" in shown.stdout and "fixture failure" in shown.stdout
     assert (tmp_path / "t.csv").exists()
+
+
+def test_profile_command_writes_traces(tmp_path, in_repo, cli_env):
+    suite = write_suite(tmp_path / "p.yaml", f"""
+name: prof
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+sweep: {{points: [{{label: a}}, {{label: b, mbs: 2}}]}}
+steps: {{warmup: 1, measure: 2}}
+""")
+    out = run(["profile", str(suite), "--point", "b", "--results", str(tmp_path / "res")], cli_env, in_repo)
+    assert out.returncode == 0, out.stderr
+    traces = list((tmp_path / "res" / "prof-profile").glob("*/profiles/*/trace.json"))
+    assert len(traces) == 1
+    bad = run(["profile", str(suite), "--point", "nope", "--results", str(tmp_path / "res")], cli_env, in_repo)
+    assert bad.returncode == 2 and "no point labelled 'nope'" in bad.stderr

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from benchbay.collect import memory
+from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
 from benchbay.knobs import training
@@ -69,13 +70,17 @@ class _NoProfiler(contextlib.nullcontext):
         return {}
 
 
-def _profiler(spec: dict[str, Any], steps: dict[str, Any]):
-    """torch.profiler over a few steady steps when the point is profiled (benchbay.collect.profile)."""
+PROFILED_STEPS = 3
+
+
+def _profiler(spec: dict[str, Any], measured_steps: int):
+    """torch.profiler over a few extra steps after the measured ones (so its overhead stays out
+    of the timings) when the point is profiled (benchbay.collect.profile)."""
     if not spec.get("profile"):
         return _NoProfiler()
     from benchbay.collect.profile import StepProfiler
 
-    return StepProfiler(Path(spec["profile_dir"]), warmup=steps["warmup"], active=min(steps["measure"], 3))
+    return StepProfiler(Path(spec["profile_dir"]), warmup=measured_steps, active=PROFILED_STEPS)
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -122,16 +127,21 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 if value is not None:
                     losses.append(torch.as_tensor(value, dtype=torch.float32))
 
-        profiler = _profiler(spec, steps)
-        with SystemSampler(device.index if device.type == "cuda" else None) as sampler, profiler:
-            for step_index in range(total):
+        profiler = _profiler(spec, total)
+        extra_steps = PROFILED_STEPS if spec.get("profile") else 0
+        snapshot = MemorySnapshot.from_spec(spec, device)
+        with SystemSampler(device.index if device.type == "cuda" else None) as sampler, profiler, snapshot:
+            for step_index in range(total + extra_steps):
                 if step_index == steps["warmup"]:
                     memory.reset(device)
-                timer.start()
+                if step_index < total:
+                    timer.start()
                 one_step(step_index)
-                timer.stop()
+                if step_index < total:
+                    timer.stop()
                 profiler.step()
         times = timer.times()
+        del losses[total:], grad_norms[total:]  # profiled steps after the measured ones
     except Exception as exc:  # classified below; the sweep goes on in the parent
         return {**result, **_failure(exc, step_index, device)}
     finally:
@@ -149,7 +159,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     result.update(metrics=metrics,
                   series={"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
                           **sampler.series},
-                  extra={**workload.extra_metrics(), **profiler.summary()})
+                  extra={**workload.extra_metrics(), **profiler.summary(), **snapshot.summary()})
     bad = [i for i, x in enumerate(loss_values) if not math.isfinite(x)]
     if bad:
         result.update(status="diverged", reason=f"non-finite loss at step {bad[0]} ({loss_values[bad[0]]})")

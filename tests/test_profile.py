@@ -1,0 +1,218 @@
+"""Profiling: a profiled step leaves a readable trace, an op table and the summary figures
+(phases, syncs, idle gaps); memory snapshots; profile runs through the runner."""
+
+import csv
+import json
+import pickle
+
+import pytest
+import torch
+from torch.profiler import record_function
+
+from benchbay import store
+from benchbay.collect.memory_snapshot import MemorySnapshot
+from benchbay.collect.profile import StepProfiler, Trace, analyse, compile_counters
+from benchbay.knobs import defaults_for, training
+from benchbay.profiling import profile_points, search_edges
+from benchbay.suite import load
+from tests.conftest import TINY, write_suite
+from tests.fixtures.tinywork import Tiny
+
+SUMMARY_KEYS = {"profile_dir", "profile_top_ops", "phases", "idle_gap_share", "syncs_per_step", "graph_breaks",
+                "recompiles"}
+
+
+class Annotated(Tiny):
+    """Tiny with a "forward" range, and a deliberate host sync when ``sync`` is set."""
+
+    params = {**Tiny.params, "sync": False}
+
+    def loss(self, model, batch):
+        with record_function("forward"):
+            loss, parts = super().loss(model, batch)
+        if self.params["sync"]:
+            loss.item()
+        return loss, parts
+
+
+def profile_tiny(out_dir, sync=False, device="cpu", warmup=2, active=3):
+    device = torch.device(device)
+    knobs = {**defaults_for(Annotated), "precision": "fp32"}
+    workload = Annotated({"sync": sync}, knobs, device)
+    train_step = training.prepare(workload, knobs, device)
+    with StepProfiler(out_dir, warmup=warmup, active=active) as profiler:
+        for i in range(warmup + active + 1):  # like the worker: the profiled steps end before the loop
+            with record_function("data"):
+                batch = workload.batch(i)
+            train_step(batch)
+            profiler.step()
+    return profiler.summary()
+
+
+def test_profiled_step_writes_trace_table_and_summary(tmp_path):
+    torch._dynamo.reset()  # compile figures must come from this process's compiles only
+    torch._dynamo.utils.counters.clear()
+    summary = profile_tiny(tmp_path / "p")
+    assert SUMMARY_KEYS <= set(summary)
+    trace = json.loads((tmp_path / "p" / "trace.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"data", "forward", "backward", "optimizer"} <= names
+    assert sum(1 for n in names if n and n.startswith("ProfilerStep#")) == 3
+    rows = list(csv.DictReader(open(tmp_path / "p" / "top_ops.csv")))
+    assert rows[-1]["name"] == "other" and len(rows) == 16
+    assert sum(float(r["share"]) for r in rows) == pytest.approx(1.0, abs=1e-6)
+    assert any(r["name"] == "aten::addmm" for r in rows)
+    assert [r["name"] for r in summary["profile_top_ops"]] == [r["name"] for r in rows]
+    assert {"name", "time_s", "share"} <= set(summary["profile_top_ops"][0])
+    assert summary["profiled_steps"] == 3 and summary["phase_clock"] == "host"
+    assert list(summary["phases"]) == ["data", "forward", "backward", "optimizer"]
+    assert all(s > 0 for s in summary["phases"].values())
+    assert summary["idle_gap_share"] is None  # no device
+    assert summary["syncs_per_step"] == 0  # AdamW's step-counter .item() calls are not syncs
+    assert summary["graph_breaks"] is None and summary["recompiles"] is None
+    assert summary["profile_dir"] == str(tmp_path / "p")
+
+
+def test_deliberate_item_counts_as_a_sync_per_step(tmp_path):
+    assert profile_tiny(tmp_path / "p", sync=True, warmup=1, active=2)["syncs_per_step"] == 1
+
+
+def test_failed_step_leaves_no_analysis(tmp_path):
+    with pytest.raises(ValueError):
+        with StepProfiler(tmp_path / "p", warmup=0, active=2) as profiler:
+            profiler.step()
+            raise ValueError("step failed")
+    assert not (tmp_path / "p" / "trace.json").exists()
+
+
+def _x(name, cat, ts, dur, tid=1, **args):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+
+def test_cuda_trace_analysis():
+    """The device side of the analysis on a hand-made CUDA trace: two steps of 100 µs."""
+    events = []
+    for step, t0 in enumerate((0, 100)):
+        events += [
+            _x(f"ProfilerStep#{step + 3}", "user_annotation", t0, 100),
+            _x("forward", "user_annotation", t0 + 1, 40),
+            _x("aten::mm", "cpu_op", t0 + 2, 5),
+            _x("cudaLaunchKernel", "cuda_runtime", t0 + 3, 1, correlation=10 * step + 1),
+            _x("backward", "user_annotation", t0 + 50, 45),
+            _x("cuLaunchKernel", "cuda_driver", t0 + 51, 1, tid=2, correlation=10 * step + 2),  # autograd thread
+            # .item(): a copy to pageable memory and a stream sync inside one operator: one sync
+            _x("aten::_local_scalar_dense", "cpu_op", t0 + 60, 20),
+            _x("cudaMemcpyAsync", "cuda_runtime", t0 + 61, 2, correlation=10 * step + 3),
+            _x("cudaStreamSynchronize", "cuda_runtime", t0 + 63, 10),
+            # kernels: mm 20 µs, triton 30 µs, copy 2 µs; 48 µs of 100 idle
+            _x("sm90_gemm", "kernel", t0 + 10, 20, tid=7, correlation=10 * step + 1),
+            _x("triton_fused", "kernel", t0 + 40, 30, tid=7, correlation=10 * step + 2),
+            _x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", t0 + 70, 2, tid=7, correlation=10 * step + 3),
+        ]
+    events.append(_x("cudaDeviceSynchronize", "cuda_runtime", 190, 5))  # a bare sync, no operator around it
+    trace = Trace(events)
+    assert len(trace.steps) == 2
+    assert trace.host_syncs() == 3
+    shares = {r["name"]: r["share"] for r in trace.top_ops(2)}
+    assert shares["triton_fused"] == pytest.approx(30 / 52) and shares["other"] == 0
+    assert trace.top_ops(2)[0]["time_s"] == pytest.approx(30e-6)
+    phases = trace.phase_seconds(2)
+    assert phases == pytest.approx({"forward": 20e-6, "backward": 32e-6})
+    assert trace.idle_gap_share() == pytest.approx(1 - 104 / 162)  # device timeline 10 .. 172 µs
+
+
+def test_analyse_reads_a_stored_trace(tmp_path):
+    profile_tiny(tmp_path / "p", warmup=1, active=1)
+    figures = analyse(tmp_path / "p" / "trace.json")
+    assert figures["profiled_steps"] == 1 and "backward" in figures["phases"]
+
+
+@pytest.mark.slow
+def test_compile_counters_count_graph_breaks_and_recompiles():
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+
+    @torch.compile(backend="eager", dynamic=False)
+    def f(x):
+        x = x * 2
+        torch._dynamo.graph_break()
+        if x.sum() > 0:  # data-dependent branch: a break too
+            x = x + 1
+        return x
+
+    f(torch.ones(2))
+    f(torch.ones(3))  # a new static shape: a recompile
+    counters = compile_counters()
+    assert counters["graph_breaks"] == 2 and counters["recompiles"] >= 1 and counters["compiled_graphs"] >= 4
+    assert counters["cudagraph_skips"] == 0
+
+
+def test_memory_snapshot_is_a_noop_with_a_reason_on_cpu(tmp_path):
+    cpu = torch.device("cpu")
+    assert MemorySnapshot.from_spec({}, cpu).summary() == {}
+    snapshot = MemorySnapshot.from_spec({"memory_snapshot": True, "memory_snapshot_dir": str(tmp_path)}, cpu)
+    with snapshot:
+        torch.ones(4)
+    assert snapshot.summary() == {"memory_snapshot": None,
+                                  "memory_snapshot_reason": "memory snapshots need a CUDA device (running on cpu)"}
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_memory_snapshot_records_allocations_on_cuda(tmp_path):
+    snapshot = MemorySnapshot(tmp_path / "m", torch.device("cuda"))
+    with snapshot:
+        x = torch.ones(1 << 20, device="cuda")
+        del x
+    assert snapshot.summary()["memory_snapshot"] == str(tmp_path / "m" / "snapshot.pickle")
+    data = pickle.loads((tmp_path / "m" / "snapshot.pickle").read_bytes())
+    actions = [e["action"] for trace in data["device_traces"] for e in trace]
+    assert "alloc" in actions and "free_completed" in actions
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_profiled_cuda_step(tmp_path):
+    summary = profile_tiny(tmp_path / "p", sync=True, device="cuda")
+    assert summary["phase_clock"] == "device" and summary["syncs_per_step"] == 1
+    assert 0 <= summary["idle_gap_share"] <= 1
+    assert summary["phases"]["forward"] > 0 and summary["phases"]["backward"] > 0
+    assert sum(r["share"] for r in summary["profile_top_ops"]) == pytest.approx(1.0)
+    assert profile_tiny(tmp_path / "q", device="cuda")["syncs_per_step"] == 0
+
+
+def test_search_edges_pick_largest_fit_and_smallest_oom():
+    def probe(mbs, status, reserved=1.0):
+        return {"status": status, "knobs": {"mbs": mbs}, "metrics": {"peak_mem_reserved_gib": reserved,
+                                                                      "device_mem_total_gib": 10.0}}
+
+    records = [probe(1, "ok"), probe(8, "oom"), probe(4, "ok", 9.5), probe(2, "ok"), probe(16, "oom")]
+    edges = search_edges(records, "mbs")
+    assert [(role, r["knobs"]["mbs"]) for role, r in edges] == [("largest_ok", 4), ("smallest_oom", 8)]
+    edges = search_edges(records, "mbs", headroom_gib=1.0)
+    assert [(role, r["knobs"]["mbs"]) for role, r in edges] == [("largest_ok", 2), ("smallest_oom", 8)]
+    assert search_edges(records[:1], "mbs") == [("largest_ok", records[0])]
+
+
+def test_profile_points_runs_the_chosen_points_under_the_profiler(tmp_path, in_repo):
+    path = write_suite(tmp_path / "prof.yaml", f"""
+name: prof
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+sweep:
+  points:
+    - {{label: base}}
+    - {{label: wide, mbs: 2}}
+steps: {{warmup: 1, measure: 2}}
+timeout: 120
+""")
+    suite = load(path)
+    with pytest.raises(ValueError, match="no point labelled 'nope'"):
+        profile_points(suite, ["nope"], tmp_path / "results")
+    run = profile_points(suite, ["wide"], tmp_path / "results")
+    assert run.parent.name == "prof-profile"
+    (record,) = store.read_records(run)
+    assert record["label"] == "wide" and record["status"] == "ok", record.get("reason")
+    out = run / "profiles" / f"{record['point_id']}-0"
+    assert record["extra"]["profile_dir"] == str(out)
+    assert (out / "trace.json").exists() and (out / "top_ops.csv").exists()
+    assert {"data", "backward", "optimizer"} <= set(record["extra"]["phases"])

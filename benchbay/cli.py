@@ -31,8 +31,9 @@ def cmd_validate(args) -> int:
         return _fail(exc)
     points = suite.expand()
     excluded = sum(1 for p in points if p.excluded)
+    workloads = ", ".join(dict.fromkeys(p.workload for p in points))
     console.print(f"{args.suite}: valid; {len(points)} points ({excluded} excluded) x {suite.repeats} repeats "
-                  f"of workload {suite.workload}")
+                  f"of {workloads}")
     return 0
 
 

@@ -77,7 +77,7 @@ class SuiteRunner:
     # ---- one point ------------------------------------------------------------------------------
     def spec(self, point: Point, repeat: int = 0) -> dict[str, Any]:
         steps = self.suite.steps
-        return {"workload": self.suite.workload, "params": self.suite.params, "knobs": point.knobs,
+        return {"workload": point.workload, "params": point.params, "knobs": point.knobs,
                 "steps": {"warmup": steps.warmup, "measure": steps.measure, "steady": steps.steady},
                 "device": self.device, "profile": point.label in self.suite.profile if point.label else False,
                 "profile_dir": str(self.run / "profiles" / f"{point.point_id}-{repeat}")}
@@ -96,7 +96,7 @@ class SuiteRunner:
         metrics.update(derived_metrics(metrics, world, self.env.get("gpu")))
         record = {
             "schema": 1, "suite": self.suite.name, "run_id": self.run.name, "point_id": point.point_id,
-            "label": point.label, "repeat": repeat, "workload": self.suite.workload, "params": self.suite.params,
+            "label": point.label, "repeat": repeat, "workload": point.workload, "params": point.params,
             "knobs": point.knobs, "status": outcome["status"], "reason": outcome.get("reason"),
             "metrics": metrics, "series": outcome.get("series") or {},
             "extra": {**(outcome.get("extra") or {}), **(extra or {})},
@@ -111,7 +111,7 @@ class SuiteRunner:
 
     # ---- the sweep ------------------------------------------------------------------------------
     def tasks(self) -> list[tuple[Point, int]]:
-        points = self.suite.expand()
+        points = self.suite.expand(self.device)
         if self.suite.search:  # one configuration per distinct point without the searched knob
             seen: dict[str, Point] = {}
             for p in points:
@@ -169,7 +169,7 @@ class SuiteRunner:
 
         def probe(value: int) -> bool:
             knobs = {**config.knobs, search.knob: value}
-            point = replace(config, knobs=knobs, point_id=point_id(self.suite.workload, self.suite.params, knobs))
+            point = replace(config, knobs=knobs, point_id=point_id(config.workload, config.params, knobs))
             if (point.point_id, repeat) in self.done:  # resumed: reuse the stored probe
                 stored = [r for r in store.read_records(self.run)
                           if r["point_id"] == point.point_id and r.get("repeat", 0) == repeat]
@@ -201,7 +201,7 @@ def feasible(record: dict[str, Any], headroom_gib: float | None, zero_retries: b
 
 def _config_id(suite: Suite, point: Point) -> str:
     knobs = {k: v for k, v in point.knobs.items() if k != suite.search.knob}
-    return point_id(suite.workload, suite.params, knobs)
+    return point_id(point.workload, point.params, knobs)
 
 
 def describe(record: dict[str, Any]) -> str:

@@ -84,9 +84,19 @@ class Search:
 class Point:
     index: int
     label: str | None
+    workload: str
+    params: dict[str, Any]
     knobs: dict[str, Any]
     point_id: str
     excluded: str | None = None  # reason, when an exclude rule matched
+
+
+DEVICE_KEYS = {"cpu", "cuda"}
+
+
+def for_device(params: dict[str, Any], device: str) -> dict[str, Any]:
+    """A param given per device type ({cpu: tiny, cuda: real}) takes the value for ``device``."""
+    return {k: v[device] if isinstance(v, dict) and v and set(v) <= DEVICE_KEYS else v for k, v in params.items()}
 
 
 @dataclass
@@ -111,30 +121,36 @@ class Suite:
     profile: list[str] = field(default_factory=list)  # labels of points to run under the profiler
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    @property
-    def workload_class(self) -> type[Workload]:
-        return registry.resolve(self.workload)
-
-    def expand(self) -> list[Point]:
-        """Every sweep point: explicit points x grid product x zipped axes, excludes marked."""
-        cls = self.workload_class
-        defaults = knob_table.defaults_for(cls)
+    def expand(self, device: str = "cpu") -> list[Point]:
+        """Every sweep point for a device type: explicit points x grid product x zipped axes,
+        excludes marked. A point may name its own workload (``workload: {name, params}``)."""
         grid_keys = list(self.grid)
         zip_rows = [dict(zip(self.zip, row)) for row in zip(*self.zip.values())] if self.zip else [{}]
         out: list[Point] = []
         for explicit in self.points or [{}]:
             explicit = dict(explicit)
             label = explicit.pop("label", None)
+            workload, params = self.workload, self.params
+            if "workload" in explicit:
+                own = _workload_node(explicit.pop("workload"))
+                workload, params = own["name"], own.get("params", {})
+            params = for_device(params, device)
+            defaults = knob_table.defaults_for(registry.resolve(workload))
+            own_knobs = {k: v for k, v in self.knobs.items() if k in defaults}  # suite knobs it understands
             for values in itertools.product(*(self.grid[k] for k in grid_keys)):
                 for zipped in zip_rows:
                     varied = {**dict(zip(grid_keys, values)), **zipped}
-                    knobs = {**defaults, **self.knobs, **explicit, **varied}
+                    knobs = {**defaults, **own_knobs, **explicit, **varied}
                     full_label = label
                     if label and varied:
                         full_label = label + " " + " ".join(f"{k}={v}" for k, v in varied.items())
-                    out.append(Point(len(out), full_label, knobs, point_id(self.workload, self.params, knobs),
-                                     _excluded_by(self.exclude, knobs)))
+                    out.append(Point(len(out), full_label, workload, params, knobs,
+                                     point_id(workload, params, knobs), _excluded_by(self.exclude, knobs)))
         return out
+
+
+def _workload_node(node: str | dict[str, Any]) -> dict[str, Any]:
+    return {"name": node} if isinstance(node, str) else node
 
 
 def point_id(workload: str, params: dict[str, Any], knobs: dict[str, Any]) -> str:
@@ -191,7 +207,12 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
         if key not in _TOP_KEYS:
             v.error(key, f"a known key: {sorted(_TOP_KEYS)}")
     name = v.typed(raw, "name", str, required=True)
-    workload_name, params, cls = v.workload(raw.get("workload"))
+    points_have_workloads = bool(sweep_points := (raw.get("sweep") or {}).get("points")) and isinstance(
+        sweep_points, list) and all(isinstance(p, dict) and "workload" in p for p in sweep_points)
+    if raw.get("workload") is None and points_have_workloads:
+        workload_name, params, cls = "", {}, None
+    else:
+        workload_name, params, cls = v.workload(raw.get("workload"))
     knobs = v.mapping(raw, "knobs")
     sweep = v.mapping(raw, "sweep")
     for key in sweep:
@@ -201,21 +222,35 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
     grid = v.mapping(sweep, "grid", prefix="sweep.")
     zipped = v.mapping(sweep, "zip", prefix="sweep.")
     exclude = v.list_of(sweep, "exclude", dict, prefix="sweep.")
+    classes = [cls] if cls is not None else []
+    for i, point in enumerate(points):
+        point_cls = cls
+        if "workload" in point:
+            _, _, point_cls = v.workload(point["workload"], f"sweep.points[{i}].workload")
+            classes.append(point_cls)
+        if point_cls is not None:
+            v.knobs(point_cls, {k: x for k, x in point.items() if k not in ("label", "workload")},
+                    f"sweep.points[{i}]")
+        if "label" in point and not isinstance(point["label"], str):
+            v.error(f"sweep.points[{i}].label", "a string")
+    classes = [c for c in classes if c is not None]
     if cls is not None:
         v.knobs(cls, knobs, "knobs")
-        for i, point in enumerate(points):
-            v.knobs(cls, {k: x for k, x in point.items() if k != "label"}, f"sweep.points[{i}]")
-            if "label" in point and not isinstance(point["label"], str):
-                v.error(f"sweep.points[{i}].label", "a string")
+    elif classes:  # every point names its workload: a suite knob must suit one of them
+        for key, value in knobs.items():
+            if not any(key in knob_table.specs_for(c) for c in classes):
+                v.error(f"knobs.{key}", f"a knob of {sorted({c.name for c in classes})}")
+    for c in classes:
         for section, axes in (("grid", grid), ("zip", zipped)):
             for axis, values in axes.items():
                 if not isinstance(values, list) or not values:
                     v.error(f"sweep.{section}.{axis}", "a non-empty list of values")
                     continue
                 for j, value in enumerate(values):
-                    v.knob(cls, axis, value, f"sweep.{section}.{axis}[{j}]")
+                    v.knob(c, axis, value, f"sweep.{section}.{axis}[{j}]")
         for i, rule in enumerate(exclude):
-            v.knobs(cls, rule, f"sweep.exclude[{i}]")
+            v.knobs(c, rule, f"sweep.exclude[{i}]")
+    v.problems = list(dict.fromkeys(v.problems))  # one workload per point may repeat a problem
     lengths = {len(x) for x in zipped.values() if isinstance(x, list)}
     if len(lengths) > 1:
         v.error("sweep.zip", f"lists of equal length (got lengths {sorted(lengths)})")
@@ -290,28 +325,30 @@ class _Validator:
                 self.error(f"{prefix}{key}[{i}]", f"{_kind_name(kind)}, got {item!r}")
         return good
 
-    def workload(self, node) -> tuple[str, dict, type[Workload] | None]:
+    def workload(self, node, where: str = "workload") -> tuple[str, dict, type[Workload] | None]:
         if node is None:
-            self.error("workload", "required: a registered name "
+            self.error(where, "required: a registered name "
                        f"({sorted(registry.available())}) or {{name: ..., params: {{...}}}}")
             return "", {}, None
         if isinstance(node, str):
             node = {"name": node}
         if not isinstance(node, dict):
-            self.error("workload", "a workload name or a mapping with name and params")
+            self.error(where, "a workload name or a mapping with name and params")
             return "", {}, None
-        name = self.typed(node, "name", str, required=True, prefix="workload.")
-        params = self.mapping(node, "params", prefix="workload.")
+        name = self.typed(node, "name", str, required=True, prefix=f"{where}.")
+        params = self.mapping(node, "params", prefix=f"{where}.")
         if name is None:
             return "", params, None
         try:
             cls = registry.resolve(name)
         except LookupError as exc:
-            self.error("workload.name", str(exc))
+            self.error(f"{where}.name", str(exc))
             return name, params, None
-        for key in params:
+        for key, value in params.items():
             if key not in cls.params:
-                self.error(f"workload.params.{key}", f"a parameter of {name}: {sorted(cls.params)}")
+                self.error(f"{where}.params.{key}", f"a parameter of {name}: {sorted(cls.params)}")
+            elif isinstance(value, dict) and not set(value) <= DEVICE_KEYS:
+                self.error(f"{where}.params.{key}", f"a value, or one per device type {sorted(DEVICE_KEYS)}")
         return name, params, cls
 
     def knobs(self, cls: type[Workload], values: dict, where: str) -> None:

@@ -97,3 +97,28 @@ def test_not_yaml(tmp_path):
         load(write_suite(tmp_path / "c.yaml", "name: [unclosed\n"))
     with pytest.raises(SuiteError, match="does not exist"):
         load(tmp_path / "none.yaml")
+
+
+def test_points_may_name_their_own_workload_and_per_device_params(tmp_path):
+    suite = load(write_suite(tmp_path / "mixed.yaml", f"""
+name: mixed
+knobs: {{mbs: 2, fault: none}}
+sweep:
+  points:
+    - {{label: a, workload: {{name: "{TINY}", params: {{width: {{cpu: 4, cuda: 64}}}}}}}}
+    - {{label: b, workload: "{TINY}", recompute: full}}
+"""))
+    cpu, cuda = suite.expand("cpu"), suite.expand("cuda")
+    assert [p.params for p in cpu] == [{"width": 4}, {}] and cuda[0].params == {"width": 64}
+    assert cpu[0].point_id != cuda[0].point_id
+    assert all(p.workload == TINY and p.knobs["mbs"] == 2 for p in cpu)
+    with pytest.raises(SuiteError) as info:
+        load(write_suite(tmp_path / "bad.yaml", f"""
+name: bad
+sweep:
+  points:
+    - {{workload: {{name: "{TINY}", params: {{width: {{tpu: 3}}}}}}, warp: 1}}
+    - {{workload: nosuch}}
+"""))
+    keys = {p.key for p in info.value.problems}
+    assert {"sweep.points[0].workload.params.width", "sweep.points[0].warp", "sweep.points[1].workload.name"} <= keys

@@ -1,0 +1,349 @@
+"""Video decoders behind one interface: ``Backend(settings).open(path) -> Handle``,
+``Handle.get_frames(indices) -> uint8 tensor (N, H, W, 3)``.
+
+Each backend is driven two ways (``mode``):
+- ``loader``: as the real training loaders drive it (RLinf: torchcodec, approximate seek, one
+  FFmpeg thread; DreamZero: decord ``get_batch``; Wall-X through LeRobotDataset: PyAV, seeking to
+  the keyframe before the first timestamp and converting every frame up to the last one).
+- ``best``: the fastest way this library offers for the same request.
+
+Libraries are imported in ``open`` only: a point runs one backend in its own process, and some
+combinations crash when loaded together (decord2's FFmpeg before torchcodec's, on AV1).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from abc import ABC, abstractmethod
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+MODES = ("loader", "best")
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot run here: not installed, or not on the requested device."""
+
+
+class DecodeError(RuntimeError):
+    """A backend could not open or decode a file; the message names the backend, file and cause."""
+
+    def __init__(self, backend: str, path: Path | str, reason: str):
+        self.backend, self.path, self.reason = backend, Path(path), reason
+        super().__init__(f"{backend} cannot decode {path}: {reason}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to drive a backend. ``threads`` None = what the mode prescribes, 0 = the library's
+    automatic choice; ``seek_mode`` (torchcodec only) None = what the mode prescribes."""
+
+    mode: str = "loader"
+    threads: int | None = None
+    device: str = "cpu"
+    seek_mode: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+
+
+class Handle(ABC):
+    """One open video. ``get_frames`` returns frames in the order asked (repeats allowed)."""
+
+    def __init__(self, backend: str, path: Path):
+        self.backend, self.path = backend, path
+
+    @property
+    @abstractmethod
+    def num_frames(self) -> int: ...
+
+    def get_frames(self, indices: Sequence[int]) -> torch.Tensor:
+        bad = [i for i in indices if not 0 <= i < self.num_frames]
+        if bad:
+            raise IndexError(f"{self.path}: frame indices {bad} outside [0, {self.num_frames})")
+        try:
+            return self._get_frames(list(indices))
+        except DecodeError:
+            raise
+        except Exception as exc:  # each library raises its own types; name the file for all
+            raise DecodeError(self.backend, self.path, f"{type(exc).__name__}: {exc}") from exc
+
+    @abstractmethod
+    def _get_frames(self, indices: list[int]) -> torch.Tensor: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the file and the decoder now, not whenever garbage collection gets to them."""
+
+
+class Backend(ABC):
+    name: ClassVar[str]
+    #: pip distribution and import name (decord and decord2 both install the module ``decord``)
+    distribution: ClassVar[str]
+    module: ClassVar[str]
+    devices: ClassVar[tuple[str, ...]] = ("cpu",)
+    #: effective options per mode; ``Settings`` fields that are set override them
+    mode_options: ClassVar[dict[str, dict[str, Any]]]
+
+    def __init__(self, settings: Settings = Settings()):
+        self.settings = settings
+        self.options = dict(self.mode_options[settings.mode])
+        if settings.threads is not None:
+            self.options["threads"] = settings.threads
+
+    @classmethod
+    def unavailable_reason(cls, device: str = "cpu") -> str | None:
+        """Why this backend cannot run here, found without importing it (None if it can)."""
+        try:
+            dist = importlib.metadata.distribution(cls.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return f"backend {cls.name} not installed (pip install {cls.distribution})"
+        spec = importlib.util.find_spec(cls.module)
+        if spec is None or spec.origin is None:
+            return f"backend {cls.name} not installed (no module {cls.module!r})"
+        if Path(spec.origin).resolve() != Path(dist.locate_file(f"{cls.module}/__init__.py")).resolve():
+            return (f"backend {cls.name}: the module {cls.module!r} imported here ({spec.origin}) is not "
+                    f"{cls.distribution}'s (another distribution installs the same module)")
+        if device not in cls.devices:
+            return f"backend {cls.name} decodes on {'/'.join(cls.devices)} only, not {device}"
+        if device == "cuda" and not torch.cuda.is_available():
+            return "device cuda: no CUDA device here"
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """The effective settings, for the record."""
+        return {"backend": self.name, "mode": self.settings.mode, "device": self.settings.device, **self.options}
+
+    def open(self, path: Path | str) -> Handle:
+        path = Path(path)
+        if not path.is_file():
+            raise DecodeError(self.name, path, "no such file")
+        try:
+            return self._open(path)
+        except (DecodeError, BackendUnavailable):
+            raise
+        except ImportError as exc:
+            raise BackendUnavailable(f"backend {self.name} not installed: {exc}") from exc
+        except Exception as exc:
+            raise DecodeError(self.name, path, f"{type(exc).__name__}: {exc}") from exc
+
+    @abstractmethod
+    def _open(self, path: Path) -> Handle: ...
+
+
+# ---- torchcodec ---------------------------------------------------------------------------------
+
+class TorchCodec(Backend):
+    name = "torchcodec"
+    distribution = module = "torchcodec"
+    devices = ("cpu", "cuda")
+    # RLinf: a VideoDecoder per sample, approximate seek (no scan of the file), torchcodec's default
+    # single FFmpeg thread; best: FFmpeg picks the thread count
+    mode_options = {"loader": {"seek_mode": "approximate", "threads": 1},
+                    "best": {"seek_mode": "approximate", "threads": 0}}
+
+    def __init__(self, settings: Settings = Settings()):
+        super().__init__(settings)
+        if settings.seek_mode is not None:
+            self.options["seek_mode"] = settings.seek_mode
+
+    def _open(self, path: Path) -> Handle:
+        from torchcodec.decoders import VideoDecoder
+
+        decoder = VideoDecoder(str(path), dimension_order="NHWC", seek_mode=self.options["seek_mode"],
+                               num_ffmpeg_threads=self.options["threads"], device=self.settings.device)
+        return _TorchCodecHandle(self.name, path, decoder)
+
+
+class _TorchCodecHandle(Handle):
+    def __init__(self, backend: str, path: Path, decoder: Any):
+        super().__init__(backend, path)
+        self.decoder = decoder
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.decoder)
+
+    def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        return self.decoder.get_frames_at(indices).data
+
+    def close(self) -> None:
+        self.decoder = None
+
+
+# ---- decord / decord2 ---------------------------------------------------------------------------
+
+class Decord(Backend):
+    name = "decord"
+    distribution = "decord"
+    module = "decord"
+    # DreamZero's loader: VideoReader + get_batch with decord's automatic threads. get_batch is
+    # decord's only batch path, so best drives it the same way (sweep ``threads`` to tune it)
+    mode_options = {"loader": {"threads": 0}, "best": {"threads": 0}}
+
+    @classmethod
+    def _is_this_package(cls, version: str) -> bool:
+        return int(version.split(".")[0]) < 1  # decord 0.x; decord2 counts from 3.x
+
+    def _open(self, path: Path) -> Handle:
+        import decord
+
+        if not self._is_this_package(decord.__version__):
+            raise BackendUnavailable(f"backend {self.name}: the module 'decord' here is version "
+                                     f"{decord.__version__}, from another distribution")
+        ctx = decord.gpu(0) if self.settings.device == "cuda" else decord.cpu(0)
+        return _DecordHandle(self.name, path, decord.VideoReader(str(path), ctx=ctx,
+                                                                num_threads=self.options["threads"]))
+
+
+class Decord2(Decord):
+    name = "decord2"
+    distribution = "decord2"
+    devices = ("cpu", "cuda")
+
+    @classmethod
+    def _is_this_package(cls, version: str) -> bool:
+        return not Decord._is_this_package(version)
+
+
+class _DecordHandle(Handle):
+    def __init__(self, backend: str, path: Path, reader: Any):
+        super().__init__(backend, path)
+        self.reader = reader
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.reader)
+
+    def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        return torch.from_dlpack(self.reader.get_batch(indices).to_dlpack())
+
+    def close(self) -> None:
+        self.reader = None
+
+
+# ---- PyAV ---------------------------------------------------------------------------------------
+
+class PyAV(Backend):
+    name = "pyav"
+    distribution = module = "av"
+    # loader: LeRobot's PyAV path (FFmpeg's default slice threading); best: frame+slice threading
+    mode_options = {"loader": {"thread_type": "SLICE", "threads": 0},
+                    "best": {"thread_type": "AUTO", "threads": 0}}
+
+    def _open(self, path: Path) -> Handle:
+        import av
+
+        container = av.open(str(path))
+        if not container.streams.video:
+            container.close()
+            raise DecodeError(self.name, path, "no video stream")
+        stream = container.streams.video[0]
+        stream.thread_type = self.options["thread_type"]
+        stream.codec_context.thread_count = self.options["threads"]
+        handle_type = _LeRobotPyAVHandle if self.settings.mode == "loader" else _SeekingPyAVHandle
+        return handle_type(self.name, path, container, stream)
+
+
+class _PyAVHandle(Handle):
+    def __init__(self, backend: str, path: Path, container: Any, stream: Any):
+        super().__init__(backend, path)
+        self.container, self.stream = container, stream
+
+    def close(self) -> None:
+        self.container.close()
+
+    def _seek(self, pts: int) -> None:
+        """To the keyframe at or before ``pts`` (the container flushes the decoder)."""
+        self.container.seek(pts, backward=True, any_frame=False, stream=self.stream)
+
+
+class _LeRobotPyAVHandle(_PyAVHandle):
+    """LeRobot's pyav route: seek to the keyframe before the first requested timestamp, decode and
+    convert every frame up to the last one, then take the frame nearest each timestamp."""
+
+    def __init__(self, backend: str, path: Path, container: Any, stream: Any):
+        super().__init__(backend, path, container, stream)
+        self.fps = float(stream.average_rate)
+        self.start = stream.start_time or 0
+
+    @property
+    def num_frames(self) -> int:
+        return self.stream.frames
+
+    def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        wanted = np.asarray(indices, dtype=np.float64) / self.fps
+        self._seek(self.start + int(wanted.min() / self.stream.time_base))
+        times, frames = [], []
+        for frame in self.container.decode(self.stream):
+            times.append(frame.time)
+            frames.append(frame.to_ndarray(format="rgb24"))
+            if frame.time >= wanted.max() - 1e-6:
+                break
+        nearest = np.abs(np.asarray(times)[None, :] - wanted[:, None]).argmin(axis=1)
+        return torch.from_numpy(np.stack([frames[i] for i in nearest]))
+
+
+class _SeekingPyAVHandle(_PyAVHandle):
+    """Index the packets once at open (no decoding), then per request decode on from where the
+    decoder stands when no keyframe lies between, else seek to the target's keyframe; convert
+    only the requested frames."""
+
+    def __init__(self, backend: str, path: Path, container: Any, stream: Any):
+        super().__init__(backend, path, container, stream)
+        keyframe_pts, all_pts = [], []
+        for packet in container.demux(stream):
+            if packet.pts is not None:
+                all_pts.append(packet.pts)
+                if packet.is_keyframe:
+                    keyframe_pts.append(packet.pts)
+        self.pts = sorted(all_pts)  # presentation order: index -> pts
+        self.index_of = {pts: i for i, pts in enumerate(self.pts)}
+        self.keyframes = sorted(self.index_of[p] for p in keyframe_pts)
+        self._frames = None  # the running decode generator
+        self._next = 0  # index of the frame it yields next
+        self._seek_to(0)
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.pts)
+
+    def _seek_to(self, index: int) -> None:
+        self._seek(self.pts[index])
+        self._frames = self.container.decode(self.stream)
+        self._next = index
+
+    def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        decoded: dict[int, np.ndarray] = {}
+        for target in sorted(set(indices)):
+            keyframe = self.keyframes[bisect_right(self.keyframes, target) - 1]
+            if not keyframe <= self._next <= target:
+                self._seek_to(keyframe)
+            for frame in self._frames:
+                index = self.index_of[frame.pts]
+                self._next = index + 1
+                if index == target:
+                    decoded[target] = frame.to_ndarray(format="rgb24")
+                    break
+            else:
+                raise DecodeError(self.backend, self.path, f"the stream ended before frame {target}")
+        return torch.from_numpy(np.stack([decoded[i] for i in indices]))
+
+
+BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (TorchCodec, Decord, Decord2, PyAV)}
+
+
+def backend(name: str, settings: Settings = Settings()) -> Backend:
+    try:
+        cls = BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown decode backend {name!r}; known: {sorted(BACKENDS)}") from None
+    return cls(settings)

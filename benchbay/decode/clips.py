@@ -1,0 +1,272 @@
+"""Synthetic robot-video datasets in the LeRobot v2.1 layout, written with PyAV.
+
+    <root>/meta/info.json                                  fps, features (with each video's codec)
+    <root>/meta/episodes.jsonl, meta/tasks.jsonl
+    <root>/data/chunk-000/episode_000000.parquet           state, action, timestamp, frame_index...
+    <root>/videos/chunk-000/<camera key>/episode_000000.mp4  one per camera
+
+The pictures are a textured background that pans and wobbles, a moving block and per-frame sensor
+noise: hard enough to compress that decoding costs what it costs on real footage, and different
+enough frame to frame that decoding the wrong index shows. Everything follows from the seed, and
+any frame can be regenerated alone (``source_frame``) to check a decoder against the truth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pandas as pd
+
+CHUNK_SIZE = 1000
+DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+
+#: encoders tried for each codec, in order; the first one this PyAV build has is used
+ENCODERS = {"h264": ("libx264",), "av1": ("libsvtav1", "libaom-av1", "librav1e"), "hevc": ("libx265",)}
+
+
+class EncoderUnavailable(RuntimeError):
+    """No encoder for the requested codec in this PyAV build."""
+
+
+@dataclass(frozen=True)
+class ClipSpec:
+    """How a dataset's videos are made. ``gop`` None = the encoder's default keyframe interval;
+    ``preset`` None = the encoder's default speed preset."""
+
+    cameras: tuple[str, ...]
+    codec: str
+    height: int
+    width: int
+    fps: int
+    crf: int
+    gop: int | None = None
+    preset: str | None = None
+    episode_frames: int = 150
+    episodes: int = 1
+    pix_fmt: str = "yuv420p"
+    state_dim: int = 8
+    action_dim: int = 7
+
+    def replace(self, **changes: Any) -> ClipSpec:
+        """A copy with the non-None ``changes`` applied (suite params left unset keep the preset)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+PRESETS: dict[str, ClipSpec] = {
+    # DROID as DreamZero reads it: 3 views (two exterior, one wrist), H.264 ultrafast CRF 23, 15 Hz
+    "droid": ClipSpec(cameras=("observation.images.exterior_image_1_left", "observation.images.exterior_image_2_left",
+                               "observation.images.wrist_image_left"),
+                      codec="h264", height=180, width=320, fps=15, crf=23, preset="ultrafast", episode_frames=240),
+    # LeRobot's encoder defaults on a LIBERO export: AV1 (SVT-AV1), GOP 2, CRF 30, 2 views at 10 Hz
+    "libero": ClipSpec(cameras=("observation.images.image", "observation.images.wrist_image"),
+                       codec="av1", height=256, width=256, fps=10, crf=30, gop=2, episode_frames=150),
+}
+
+
+def pick_encoder(codec: str) -> str:
+    """The first encoder of ``ENCODERS[codec]`` that PyAV has; warns when it is not the first."""
+    candidates = ENCODERS.get(codec)
+    if candidates is None:
+        raise ValueError(f"unknown codec {codec!r}; known: {sorted(ENCODERS)}")
+    for name in candidates:
+        try:
+            av.codec.Codec(name, "w")
+        except av.codec.codec.UnknownCodecError:
+            continue
+        if name != candidates[0]:
+            warnings.warn(f"PyAV {av.__version__} has no {candidates[0]}; encoding {codec} with {name}", stacklevel=2)
+        return name
+    raise EncoderUnavailable(f"PyAV {av.__version__} has no {codec} encoder (tried {', '.join(candidates)}); "
+                             f"install a PyAV build with one of them or choose another codec")
+
+
+def _encoder_options(encoder: str, spec: ClipSpec) -> dict[str, str]:
+    options = {"crf": str(spec.crf)}
+    if spec.gop is not None:
+        options["g"] = str(spec.gop)
+    if spec.preset is not None:
+        options["cpu-used" if encoder == "libaom-av1" else "preset"] = spec.preset
+    return options
+
+
+# ---- picture content ----------------------------------------------------------------------------
+
+def _background(spec: ClipSpec, camera_index: int, seed: int) -> np.ndarray:
+    """A periodic texture (coarse blobs + fine grain) the frames pan across, as int16 (H, W, 3)."""
+    rng = np.random.default_rng([seed, camera_index])
+    cell = 16
+    coarse = rng.integers(30, 226, size=(-(-spec.height // cell), -(-spec.width // cell), 3))
+    blobs = np.repeat(np.repeat(coarse, cell, axis=0), cell, axis=1)[: spec.height, : spec.width]
+    grain = rng.integers(-25, 26, size=(spec.height, spec.width, 1))  # luminance detail, as in footage
+    return (blobs + grain).astype(np.int16)
+
+
+def _render(background: np.ndarray, spec: ClipSpec, camera_index: int, seed: int, t: int) -> np.ndarray:
+    height, width = background.shape[:2]
+    shift_x = 2 * t + 5 * camera_index
+    shift_y = int(round(6 * np.sin(t / 7.0)))
+    frame = np.roll(background, (shift_y, -shift_x), axis=(0, 1))
+    side = max(height // 5, 4)
+    top = int((height - side) * (0.5 + 0.4 * np.sin(t / 11.0 + camera_index)))
+    left = int((width - side) * (0.5 + 0.4 * np.cos(t / 9.0)))
+    frame[top:top + side, left:left + side] = (240, 40 + 60 * camera_index, 40)
+    noise = np.random.default_rng([seed, camera_index, t]).integers(-3, 4, size=frame.shape)
+    return np.clip(frame + noise, 0, 255).astype(np.uint8)
+
+
+def source_frame(spec: ClipSpec, camera_index: int, seed: int, t: int, episode: int = 0) -> np.ndarray:
+    """Frame ``t`` of a camera's episode as it went into the encoder (uint8 H, W, 3)."""
+    background = _background(spec, camera_index, _episode_seed(seed, episode))
+    return _render(background, spec, camera_index, _episode_seed(seed, episode), t)
+
+
+def _episode_seed(seed: int, episode: int) -> int:
+    return seed * 100_003 + episode
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+def write_video(path: Path, spec: ClipSpec, camera_index: int, seed: int, encoder: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration per file otherwise
+    background = _background(spec, camera_index, seed)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(encoder, rate=spec.fps, options=_encoder_options(encoder, spec))
+        stream.width, stream.height, stream.pix_fmt = spec.width, spec.height, spec.pix_fmt
+        for t in range(spec.episode_frames):
+            frame = av.VideoFrame.from_ndarray(_render(background, spec, camera_index, seed, t), format="rgb24")
+            frame.pts, frame.time_base = t, Fraction(1, spec.fps)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+
+
+def _lowdim(spec: ClipSpec, episode: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng([seed, episode, 7])
+    n = spec.episode_frames
+    state = np.cumsum(rng.normal(0, 0.02, size=(n, spec.state_dim)), axis=0).astype(np.float32)
+    action = rng.normal(0, 1, size=(n, spec.action_dim)).astype(np.float32)
+    return pd.DataFrame({
+        "observation.state": list(state), "action": list(action),
+        "timestamp": (np.arange(n) / spec.fps).astype(np.float32), "frame_index": np.arange(n, dtype=np.int64),
+        "episode_index": np.full(n, episode, dtype=np.int64),
+        "index": np.arange(episode * n, (episode + 1) * n, dtype=np.int64),
+        "task_index": np.zeros(n, dtype=np.int64),
+    })
+
+
+def _info(spec: ClipSpec, encoder: str) -> dict[str, Any]:
+    video_info = {"video.fps": spec.fps, "video.height": spec.height, "video.width": spec.width,
+                  "video.channels": 3, "video.codec": spec.codec, "video.pix_fmt": spec.pix_fmt,
+                  "video.is_depth_map": False, "has_audio": False,
+                  # not in LeRobot's schema: how the synthetic videos were made
+                  "video.encoder": encoder, "video.crf": spec.crf, "video.g": spec.gop}
+    features: dict[str, Any] = {
+        key: {"dtype": "video", "shape": [spec.height, spec.width, 3], "names": ["height", "width", "channels"],
+              "info": video_info} for key in spec.cameras}
+    features.update({
+        "observation.state": {"dtype": "float32", "shape": [spec.state_dim], "names": None},
+        "action": {"dtype": "float32", "shape": [spec.action_dim], "names": None},
+        **{name: {"dtype": dtype, "shape": [1], "names": None} for name, dtype in (
+            ("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"), ("index", "int64"),
+            ("task_index", "int64"))},
+    })
+    return {"codebase_version": "v2.1", "robot_type": "synthetic", "total_episodes": spec.episodes,
+            "total_frames": spec.episodes * spec.episode_frames, "total_tasks": 1,
+            "total_videos": spec.episodes * len(spec.cameras), "total_chunks": -(-spec.episodes // CHUNK_SIZE),
+            "chunks_size": CHUNK_SIZE, "fps": spec.fps, "splits": {"train": f"0:{spec.episodes}"},
+            "data_path": DATA_PATH, "video_path": VIDEO_PATH, "features": features}
+
+
+def write_dataset(root: Path, spec: ClipSpec, seed: int = 0) -> Path:
+    """Write a whole dataset under ``root`` (which must not exist yet); returns ``root``."""
+    root = Path(root)
+    encoder = pick_encoder(spec.codec)
+    (root / "meta").mkdir(parents=True)
+    for episode in range(spec.episodes):
+        names = {"episode_chunk": episode // CHUNK_SIZE, "episode_index": episode}
+        data_path = root / DATA_PATH.format(**names)
+        data_path.parent.mkdir(parents=True, exist_ok=True)
+        _lowdim(spec, episode, seed).to_parquet(data_path, index=False)
+        for camera_index, key in enumerate(spec.cameras):
+            write_video(root / VIDEO_PATH.format(video_key=key, **names), spec, camera_index,
+                        _episode_seed(seed, episode), encoder)
+    with open(root / "meta" / "episodes.jsonl", "w") as f:
+        for episode in range(spec.episodes):
+            f.write(json.dumps({"episode_index": episode, "tasks": ["synthetic task"],
+                                "length": spec.episode_frames}) + "\n")
+    (root / "meta" / "tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": "synthetic task"}) + "\n")
+    (root / "meta" / "info.json").write_text(json.dumps(_info(spec, encoder), indent=2))
+    return root
+
+
+def cached_dataset(spec: ClipSpec, seed: int = 0, cache_dir: Path | None = None) -> Path:
+    """The dataset for (spec, seed) under the cache, written once; concurrent writers are safe
+    (each writes a private folder and renames it into place)."""
+    cache_dir = Path(cache_dir or os.environ.get("BENCHBAY_DECODE_CACHE") or Path.home() / ".cache/benchbay/decode")
+    key = hashlib.sha1(json.dumps([dataclasses.asdict(spec), seed, av.__version__]).encode()).hexdigest()[:12]
+    root = cache_dir / key
+    if (root / "meta" / "info.json").exists():
+        return root
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_dir))
+    write_dataset(staging / "dataset", spec, seed)
+    try:
+        (staging / "dataset").rename(root)
+    except OSError:  # another process got there first
+        if not (root / "meta" / "info.json").exists():
+            raise
+    shutil.rmtree(staging, ignore_errors=True)
+    return root
+
+
+@dataclass(frozen=True)
+class VideoDataset:
+    """A LeRobot-layout dataset on disk, as the decode benchmarks read it."""
+
+    root: Path
+    info: dict[str, Any]
+    lengths: tuple[int, ...]  # frames per episode
+
+    @classmethod
+    def open(cls, root: Path | str) -> VideoDataset:
+        root = Path(root)
+        info = json.loads((root / "meta" / "info.json").read_text())
+        with open(root / "meta" / "episodes.jsonl") as f:
+            episodes = sorted((json.loads(line) for line in f if line.strip()), key=lambda e: e["episode_index"])
+        return cls(root, info, tuple(e["length"] for e in episodes))
+
+    @property
+    def cameras(self) -> list[str]:
+        return [key for key, feature in self.info["features"].items() if feature["dtype"] == "video"]
+
+    @property
+    def fps(self) -> int:
+        return self.info["fps"]
+
+    @property
+    def episodes(self) -> int:
+        return len(self.lengths)
+
+    def codec(self, camera: str) -> str:
+        return self.info["features"][camera]["info"]["video.codec"]
+
+    def video_path(self, camera: str, episode: int) -> Path:
+        return self.root / self.info["video_path"].format(
+            episode_chunk=episode // self.info["chunks_size"], video_key=camera, episode_index=episode)
+
+    def data_path(self, episode: int) -> Path:
+        return self.root / self.info["data_path"].format(
+            episode_chunk=episode // self.info["chunks_size"], episode_index=episode)

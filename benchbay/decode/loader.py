@@ -1,0 +1,119 @@
+"""Decoding as a training job runs it: a map-style dataset whose item is one sample, behind a torch
+DataLoader (num_workers, prefetch_factor, pin_memory), and a foreground loop standing in for the
+training step to show what the workers' decoding costs it (interference)."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from benchbay.decode.backends import Backend, Handle, Settings, backend
+from benchbay.decode.measure import ViewTiming
+from benchbay.decode.patterns import Pattern, ViewRequest
+
+#: how many files a worker keeps open with ``keep_open`` (least recently used closed first)
+OPEN_FILES = 64
+
+
+class SampleDecoder:
+    """Decodes a sample's views with one backend, timing each. Opens every file per sample, as the
+    real loaders do, unless ``keep_open`` (then an LRU of open decoders is reused)."""
+
+    def __init__(self, decoder: Backend, keep_open: bool = False):
+        self.decoder, self.keep_open = decoder, keep_open
+        self._open: OrderedDict[str, Handle] = OrderedDict()
+
+    def __call__(self, requests: list[ViewRequest]) -> tuple[list[torch.Tensor], list[ViewTiming]]:
+        frames, timings = [], []
+        for request in requests:
+            start = time.perf_counter()
+            handle = self._open.get(str(request.path)) if self.keep_open else None
+            reused = handle is not None
+            if handle is None:
+                handle = self.decoder.open(request.path)
+            opened = time.perf_counter()
+            batch = handle.get_frames(request.indices)
+            if batch.is_cuda:
+                torch.cuda.synchronize(batch.device)
+            done = time.perf_counter()
+            if self.keep_open:
+                self._keep(request, handle)
+            else:
+                handle.close()
+            frames.append(batch)
+            timings.append(ViewTiming(None if reused else opened - start, done - opened, len(request.indices)))
+        return frames, timings
+
+    def _keep(self, request: ViewRequest, handle: Handle) -> None:
+        self._open[str(request.path)] = handle
+        self._open.move_to_end(str(request.path))
+        while len(self._open) > OPEN_FILES:
+            self._open.popitem(last=False)[1].close()
+
+
+class DecodeDataset(Dataset):
+    """Item ``i`` = sample ``i`` of the pattern, decoded: {"frames": [per camera (N, H, W, 3)],
+    "timings": [ViewTiming per camera]}. The decoder is made in the process that uses it (each
+    DataLoader worker its own)."""
+
+    def __init__(self, pattern: Pattern, backend_name: str, settings: Settings, keep_open: bool = False,
+                 length: int = 1_000_000):
+        self.pattern, self.backend_name, self.settings = pattern, backend_name, settings
+        self.keep_open, self.length = keep_open, length
+        self._decoder: SampleDecoder | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        if self._decoder is None:
+            self._decoder = SampleDecoder(backend(self.backend_name, self.settings), self.keep_open)
+        frames, timings = self._decoder(self.pattern.sample(i))
+        return {"frames": frames, "timings": timings}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_decoder": None}  # open decoders stay in their process
+
+
+def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack each camera's frames across the batch; keep the timings as they are."""
+    return {"frames": [torch.stack(views) for views in zip(*(s["frames"] for s in samples), strict=True)],
+            "timings": [s["timings"] for s in samples]}
+
+
+def make_loader(dataset: DecodeDataset, *, batch_size: int, num_workers: int, prefetch_factor: int,
+                pin_memory: bool, parent_uses_cuda: bool = False) -> DataLoader:
+    # workers are spawned, not forked, once CUDA is (or will be) in use: in the workers themselves
+    # (NVDEC) or in the parent (a forked decoder worker of a CUDA parent crashed on the H200)
+    spawn = num_workers > 0 and (dataset.settings.device == "cuda" or parent_uses_cuda or torch.cuda.is_initialized())
+    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate,
+                      prefetch_factor=prefetch_factor if num_workers else None,
+                      pin_memory=pin_memory and torch.cuda.is_available(),
+                      multiprocessing_context="spawn" if spawn else None)
+
+
+class Foreground:
+    """A fixed stand-in for the training step, run in the main process while workers decode: on a
+    GPU many tiny CUDA kernels (paced by how fast the CPU can launch them), on the CPU a fixed set
+    of matmuls. How much its step time grows is what decoding steals from training."""
+
+    def __init__(self, device: torch.device, kernels: int = 400, matmuls: int = 8, size: int = 256):
+        self.device, self.kernels, self.matmuls = device, kernels, matmuls
+        generator = torch.Generator().manual_seed(0)
+        self.x = torch.randn(size, size, generator=generator).to(device)
+
+    def step(self) -> float:
+        start = time.perf_counter()
+        x = self.x
+        if self.device.type == "cuda":
+            for _ in range(self.kernels):
+                x = x * 1.0001 + 1e-4
+            torch.cuda.synchronize(self.device)
+        else:
+            for _ in range(self.matmuls):
+                x = torch.tanh(x @ self.x)
+        return time.perf_counter() - start

@@ -1,0 +1,197 @@
+"""The decoder comparison as a workload: one step = one training sample (``mbs`` samples) decoded
+by one backend, driven as a real loader drives it (``mode: loader``) or its best way
+(``mode: best``), through a torch DataLoader with ``num_workers`` workers, optionally while a
+foreground loop stands in for the training step (``interference: on``).
+
+The dataset is synthetic (generated once per spec and seed into a cache, see
+``benchbay.decode.clips``) unless ``params.root`` points at a LeRobot v2.x dataset on disk.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from benchbay.decode.backends import BACKENDS, DecodeError, Settings, backend
+from benchbay.decode.clips import PRESETS, ClipSpec, VideoDataset, cached_dataset, source_frame
+from benchbay.decode.loader import DecodeDataset, Foreground, make_loader
+from benchbay.decode.measure import CpuWindow, ViewTiming, fingerprint, latency_summary, mean_abs_diff, peak_rss
+from benchbay.decode.patterns import PATTERNS
+from benchbay.workloads.base import Choice, StepWorkload
+
+#: foreground steps timed alone before the loader starts and after it stops (the interference baseline)
+BASELINE_STEPS = 20
+
+
+@dataclass(frozen=True)
+class Window:
+    """Where the measured window starts: step and sample indices, and the time it began."""
+
+    first_step: int
+    first_sample: int
+    start: float
+
+
+class Decode(StepWorkload):
+    name = "decode"
+    knobs = {
+        "preset": Choice(tuple(PRESETS), "synthetic dataset: " + "; ".join(
+            f"{n}: {len(c.cameras)} views {c.codec} {c.height}x{c.width} {c.fps} fps" for n, c in PRESETS.items())),
+        "backend": Choice(tuple(BACKENDS), "video decoding library"),
+        "mode": Choice(("loader", "best"), "loader: as real loaders drive the backend; best: its fastest way"),
+        "pattern": Choice(tuple(PATTERNS), "; ".join(f"{n}: {p.help}" for n, p in PATTERNS.items())),
+        "threads": Choice(("mode", 0, 1, 2, 4, 8), "decoder threads; mode: as the mode prescribes, 0: automatic"),
+        "seek_mode": Choice(("mode", "approximate", "exact"), "torchcodec seek mode; mode: as the mode prescribes"),
+        "device": Choice(("cpu", "cuda"), "where frames are decoded (cuda: NVDEC)"),
+        "keep_open": Choice((False, True), "reuse each file's decoder across samples (else open per sample)"),
+        "num_workers": Choice((0, 1, 2, 4, 8), "DataLoader worker processes (0: decode in the main process)"),
+        "prefetch_factor": Choice((2, 4, 8), "batches each worker prepares ahead"),
+        "pin_memory": Choice((False, True), "DataLoader pin_memory (only with CUDA)"),
+        "interference": Choice(("off", "on"), "on: time a fixed foreground step (tiny CUDA kernels on GPU, "
+                                              "matmuls on CPU) between samples, against it alone"),
+    }
+    params = {
+        "root": None,  # an existing LeRobot-layout dataset instead of the synthetic one
+        # overrides of the preset's clip spec (None keeps the preset's value)
+        "episode_frames": None, "episodes": None, "height": None, "width": None,
+        "codec": None, "gop": None, "crf": None, "encoder_preset": None,
+        "warmup_samples": 2,  # first samples left out of the latency statistics
+    }
+
+    def __init__(self, params: dict[str, Any], knobs: dict[str, Any], device: torch.device):
+        super().__init__(params, knobs, device)
+        self.knob_values = {**{name: choice.default for name, choice in type(self).knobs.items()}, **knobs}
+        k = self.knob_values
+        self.backend_name = k["backend"]
+        self.settings = Settings(mode=k["mode"], threads=None if k["threads"] == "mode" else k["threads"],
+                                 device=k["device"], seek_mode=None if k["seek_mode"] == "mode" else k["seek_mode"])
+        self.seed = int(k.get("seed", 0))
+
+    # ---- protocol -------------------------------------------------------------------------------
+    def skip_reason(self) -> str | None:
+        reason = BACKENDS[self.backend_name].unavailable_reason(self.settings.device)
+        if reason:
+            return reason
+        if self.settings.seek_mode is not None and self.backend_name != "torchcodec":
+            return "seek_mode applies to torchcodec only"
+        return None
+
+    def clip_spec(self) -> ClipSpec:
+        p = self.params
+        return PRESETS[self.knob_values["preset"]].replace(
+            episode_frames=p["episode_frames"], episodes=p["episodes"], height=p["height"], width=p["width"],
+            codec=p["codec"], gop=p["gop"], crf=p["crf"], preset=p["encoder_preset"])
+
+    def setup(self) -> None:
+        k = self.knob_values
+        self.dataset = VideoDataset.open(self.params["root"] or cached_dataset(self.clip_spec(), self.seed))
+        self.pattern = PATTERNS[k["pattern"]](self.dataset, self.seed)
+        self.decoder = backend(self.backend_name, self.settings)
+        self._probe()
+        self.foreground = Foreground(self.device) if k["interference"] == "on" else None
+        data = DecodeDataset(self.pattern, self.backend_name, self.settings, keep_open=k["keep_open"])
+        self.loader = make_loader(data, batch_size=self.mbs, num_workers=k["num_workers"],
+                                  prefetch_factor=k["prefetch_factor"], pin_memory=k["pin_memory"],
+                                  parent_uses_cuda=self.device.type == "cuda")
+        self.foreground_alone = self._foreground_alone()
+        self.foreground_loaded: list[float] = []
+        self.data_wait: list[float] = []
+        self.samples: list[list[ViewTiming]] = []  # per delivered sample, its views
+        self.step_ends: list[float] = []
+        self.first_frames: list[torch.Tensor] | None = None
+        self.cpu = CpuWindow()
+        self.window: Window | None = None
+        self._batches = None
+
+    def _probe(self) -> None:
+        """Open every camera's first video once, so a codec the backend cannot read fails here with
+        the file and codec named, before any worker starts."""
+        for camera in self.dataset.cameras:
+            path = self.dataset.video_path(camera, 0)
+            try:
+                self.decoder.open(path).close()
+            except DecodeError as exc:
+                raise DecodeError(exc.backend, path, f"{self.dataset.codec(camera)} video: {exc.reason}") from exc
+
+    def _foreground_alone(self) -> list[float]:
+        if self.foreground is None:
+            return []
+        for _ in range(3):
+            self.foreground.step()
+        return [self.foreground.step() for _ in range(BASELINE_STEPS)]
+
+    def _warm_samples(self) -> int:
+        """Samples left out of every figure: the configured warm-up, and at least each worker's
+        first sample (it pays for the worker's start and imports)."""
+        return max(int(self.params["warmup_samples"]), self.knob_values["num_workers"])
+
+    def step(self, index: int) -> float | None:
+        if self._batches is None:
+            self._batches = iter(self.loader)
+        if self.foreground is not None:
+            self.foreground_loaded.append(self.foreground.step())
+        start = time.perf_counter()
+        batch = next(self._batches)
+        self.last_step_end = time.perf_counter()
+        self.data_wait.append(self.last_step_end - start)
+        if self.first_frames is None:
+            self.first_frames = [views[0] for views in batch["frames"]]
+        self.samples.extend(batch["timings"])
+        if self.window is None and len(self.samples) >= self._warm_samples():
+            # the measured window: from the next step on
+            self.window = Window(len(self.data_wait), len(self.samples), self.last_step_end)
+            self.cpu.start()
+        return None
+
+    def extra_metrics(self) -> dict[str, Any]:
+        if self.window is None:
+            raise RuntimeError(f"decode: {len(self.samples)} samples do not get past the warm-up of "
+                               f"{self._warm_samples()} samples; measure more steps")
+        self.cpu.stop()
+        self._batches = None  # joins the workers, so their peak RSS is known
+        measured = self.samples[self.window.first_sample:]
+        wall = self.last_step_end - self.window.start
+        frames = sum(view.frames for sample in measured for view in sample)
+        cpu = self.cpu.summary()
+        camera = self.dataset.cameras[0]
+        out: dict[str, Any] = {
+            # backend and mode flat, as the report's decoder table reads them
+            "backend": self.backend_name, "mode": self.settings.mode, "pattern": self.knob_values["pattern"],
+            "backend_settings": self.decoder.describe(), "codec": self.dataset.codec(camera),
+            "resolution": "x".join(map(str, self.dataset.info["features"][camera]["shape"][:2])),
+            "cameras": len(self.dataset.cameras), "samples": len(self.samples), "measured_samples": len(measured),
+            **latency_summary(measured),
+            "loader_samples_per_s": len(measured) / wall if measured else None,
+            "frames_per_s": frames / wall if measured else None,
+            # workers may have decoded up to num_workers * prefetch_factor samples more than delivered
+            **cpu, "cpu_s_per_sample": cpu["cpu_time_s"] / len(measured) if measured else None,
+            **peak_rss(),
+            "frame_fingerprint": fingerprint(self.first_frames),
+            "source_mad": self._source_mad(),
+            "data_wait_s_median": statistics.median(self.data_wait[self.window.first_step:] or self.data_wait),
+        }
+        if self.foreground is not None:
+            # alone: before the loader started and after its workers stopped, to bracket any drift
+            alone = statistics.median(self.foreground_alone + self._foreground_alone())
+            loaded = statistics.median(self.foreground_loaded[self.window.first_step:] or self.foreground_loaded)
+            out.update(foreground_step_s_alone=alone, foreground_step_s_loaded=loaded,
+                       foreground_inflation=loaded / alone)
+        return out
+
+    def _source_mad(self) -> float | None:
+        """Mean absolute difference between sample 0's frames and what went into the encoder: a
+        few units is codec loss, tens means the wrong frames came back. None for a real dataset."""
+        if self.params["root"]:
+            return None
+        spec = self.clip_spec()
+        diffs = []
+        for request, frames in zip(self.pattern.sample(0), self.first_frames, strict=True):
+            camera_index = self.dataset.cameras.index(request.camera)
+            truth = torch.stack([torch.from_numpy(source_frame(spec, camera_index, self.seed, t, request.episode))
+                                 for t in request.indices])
+            diffs.append(mean_abs_diff(frames, truth))
+        return statistics.fmean(diffs)

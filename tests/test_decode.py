@@ -1,0 +1,270 @@
+"""The decoder comparison on tiny clips: dataset layout, frame agreement across backends, failures
+that are recorded rather than fatal, and the ``decode`` workload end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import av
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from benchbay.decode import clips
+from benchbay.decode.backends import BACKENDS, MODES, DecodeError, Decord2, Settings, backend
+from benchbay.decode.clips import PRESETS, VideoDataset, source_frame, write_dataset
+from benchbay.decode.measure import FRAME_TOLERANCE, fingerprint, fingerprints_agree, mean_abs_diff
+from benchbay.decode.patterns import PATTERNS
+from benchbay.workloads.decode import Decode
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = {
+    "droid": PRESETS["droid"].replace(height=64, width=96, episode_frames=30, episodes=2),
+    "libero": PRESETS["libero"].replace(height=64, width=64, episode_frames=24),
+}
+CODEC = {"droid": "h264", "libero": "av1"}
+INDICES = (23, 2, 5, 5, 11)  # unsorted, repeated, spanning keyframes
+# decord2 installs the module `decord` too, and its FFmpeg crashes torchcodec on AV1 when loaded first:
+# it is only ever run in a subprocess
+IN_PROCESS = [name for name in ("torchcodec", "decord", "pyav") if BACKENDS[name].unavailable_reason() is None]
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> dict[str, VideoDataset]:
+    root = tmp_path_factory.mktemp("decode")
+    return {name: VideoDataset.open(write_dataset(root / name, spec, seed=3)) for name, spec in TINY.items()}
+
+
+def _can_decode(name: str, preset: str) -> bool:
+    return not (name == "decord" and CODEC[preset] == "av1")  # decord 0.6 cannot open AV1
+
+
+# ---- datasets -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("preset", sorted(TINY))
+def test_dataset_layout_codec_size_and_frame_count(datasets, preset):
+    ds, spec = datasets[preset], TINY[preset]
+    assert ds.fps == spec.fps and ds.lengths == (spec.episode_frames,) * spec.episodes
+    assert len(ds.cameras) == len(spec.cameras) == {"droid": 3, "libero": 2}[preset]
+    for episode in range(spec.episodes):
+        table = pd.read_parquet(ds.root / f"data/chunk-000/episode_{episode:06d}.parquet")
+        assert len(table) == spec.episode_frames
+        assert {"observation.state", "action", "timestamp", "frame_index"} <= set(table.columns)
+        assert table["frame_index"].tolist() == list(range(spec.episode_frames))
+        assert np.allclose(table["timestamp"], np.arange(spec.episode_frames) / spec.fps)
+        for camera in ds.cameras:
+            path = ds.root / f"videos/chunk-000/{camera}/episode_{episode:06d}.mp4"
+            assert ds.video_path(camera, episode) == path
+            with av.open(str(path)) as container:
+                stream = container.streams.video[0]
+                keyframes = [p.is_keyframe for p in container.demux(stream) if p.pts is not None]
+                assert stream.codec_context.codec.canonical_name == CODEC[preset] == ds.codec(camera)
+                assert (stream.width, stream.height) == (spec.width, spec.height)
+                assert stream.codec_context.pix_fmt == "yuv420p"
+            assert len(keyframes) == spec.episode_frames
+            if spec.gop:
+                assert sum(keyframes) == -(-spec.episode_frames // spec.gop)
+    feature = ds.info["features"][ds.cameras[0]]
+    assert feature["dtype"] == "video" and feature["shape"] == [spec.height, spec.width, 3]
+
+
+def test_dataset_is_deterministic_and_not_static(datasets, tmp_path):
+    again = VideoDataset.open(write_dataset(tmp_path / "again", TINY["droid"], seed=3))
+    camera = again.cameras[0]
+    assert again.video_path(camera, 0).read_bytes() == datasets["droid"].video_path(camera, 0).read_bytes()
+    a, b = (source_frame(TINY["droid"], 0, 3, t) for t in (4, 5))
+    assert np.abs(a.astype(int) - b.astype(int)).mean() > 20  # neighbouring frames differ clearly
+
+
+def test_cached_dataset_is_written_once(tmp_path):
+    first = clips.cached_dataset(TINY["droid"], seed=1, cache_dir=tmp_path)
+    mtime = (first / "meta" / "info.json").stat().st_mtime_ns
+    assert clips.cached_dataset(TINY["droid"], seed=1, cache_dir=tmp_path) == first
+    assert (first / "meta" / "info.json").stat().st_mtime_ns == mtime
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no staging folder left behind
+
+
+def test_missing_encoder_is_reported(monkeypatch):
+    monkeypatch.setitem(clips.ENCODERS, "av1", ("benchbay-no-such-encoder",))
+    with pytest.raises(clips.EncoderUnavailable, match="no av1 encoder"):
+        clips.pick_encoder("av1")
+
+
+# ---- backends -----------------------------------------------------------------------------------
+
+def _reference(ds: VideoDataset, camera: str, indices) -> torch.Tensor:
+    return backend("pyav", Settings(mode="best")).open(ds.video_path(camera, 0)).get_frames(indices)
+
+
+@pytest.mark.parametrize("preset", sorted(TINY))
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", IN_PROCESS)
+def test_backends_decode_the_requested_frames_identically(datasets, preset, mode, name):
+    if not _can_decode(name, preset):
+        pytest.skip(f"{name} cannot open {CODEC[preset]} (covered by the unsupported-codec test)")
+    ds, spec = datasets[preset], TINY[preset]
+    camera = ds.cameras[1]
+    handle = backend(name, Settings(mode=mode)).open(ds.video_path(camera, 0))
+    assert handle.num_frames == spec.episode_frames
+    frames = handle.get_frames(INDICES)
+    handle.close()
+    assert frames.dtype == torch.uint8 and tuple(frames.shape) == (len(INDICES), spec.height, spec.width, 3)
+    assert mean_abs_diff(frames, _reference(ds, camera, INDICES)) <= FRAME_TOLERANCE
+    for got, t in zip(frames, INDICES, strict=True):
+        # the right frame: close to what was encoded, far from its neighbour
+        want, neighbour = (torch.from_numpy(source_frame(spec, 1, 3, u)) for u in (t, t - 1 if t else 1))
+        assert mean_abs_diff(got, want) < 12 < mean_abs_diff(got, neighbour)
+
+
+def test_decord2_runs_in_its_own_process(datasets, tmp_path):
+    if Decord2.unavailable_reason() is not None:
+        pytest.skip(Decord2.unavailable_reason())
+    ds = datasets["libero"]
+    camera = ds.cameras[0]
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from benchbay.decode.backends import Settings, backend
+        frames = backend("decord2", Settings()).open({str(ds.video_path(camera, 0))!r}).get_frames({list(INDICES)})
+        np.save({str(tmp_path / "frames.npy")!r}, frames.numpy())
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=REPO, timeout=120)
+    frames = torch.from_numpy(np.load(tmp_path / "frames.npy"))
+    assert mean_abs_diff(frames, _reference(ds, camera, INDICES)) <= FRAME_TOLERANCE
+
+
+def test_unavailable_backend_is_a_skip_reason(monkeypatch):
+    monkeypatch.setattr(Decord2, "distribution", "benchbay-no-such-package")
+    reason = Decode({}, {"backend": "decord2"}, torch.device("cpu")).skip_reason()
+    assert reason.startswith("backend decord2 not installed")
+    assert "cpu only" in Decode({}, {"backend": "pyav", "device": "cuda"}, torch.device("cpu")).skip_reason()
+
+
+@pytest.mark.skipif("decord" not in IN_PROCESS, reason=str(BACKENDS["decord"].unavailable_reason()))
+def test_decord_on_av1_is_a_decode_error_naming_the_file(datasets, monkeypatch):
+    ds = datasets["libero"]
+    path = ds.video_path(ds.cameras[0], 0)
+    with pytest.raises(DecodeError) as err:
+        backend("decord").open(path)
+    assert str(path) in str(err.value) and err.value.path == path
+    workload = Decode({"root": str(ds.root)}, {"preset": "libero", "backend": "decord"}, torch.device("cpu"))
+    assert workload.skip_reason() is None
+    with pytest.raises(DecodeError, match="av1 video"):
+        workload.setup()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "missing"])
+@pytest.mark.parametrize("name", IN_PROCESS)
+def test_corrupt_video_is_a_clear_error_naming_the_file(datasets, tmp_path, name, damage):
+    good = datasets["droid"].video_path(datasets["droid"].cameras[0], 0).read_bytes()
+    path = tmp_path / f"{damage}.mp4"
+    if damage == "truncated":
+        path.write_bytes(good[: len(good) // 2])
+    elif damage == "garbage":
+        path.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    with pytest.raises(DecodeError) as err:
+        backend(name).open(path).get_frames([0, 20])
+    assert str(path) in str(err.value) and name in str(err.value)
+
+
+# ---- patterns and measurements ------------------------------------------------------------------
+
+def test_patterns_ask_for_the_documented_frames(datasets):
+    ds = datasets["droid"]
+    clip = PATTERNS["dreamzero"](ds, seed=5)
+    for i in range(5):
+        views = clip.sample(i)
+        assert [v.camera for v in views] == ds.cameras
+        anchor = views[0].indices[0]
+        assert all(v.indices == tuple(anchor + k for k in range(0, 22, 3)) for v in views)
+        assert views[0].indices[-1] < ds.lengths[views[0].episode]
+    assert clip.sample(3) == PATTERNS["dreamzero"](ds, seed=5).sample(3)
+    assert {len(v.indices) for v in PATTERNS["wallx"](ds).sample(0)} == {1}
+    assert PATTERNS["sequential"](ds).sample(0)[0].indices == tuple(range(30))
+
+
+def test_fingerprints_agree_within_tolerance_only():
+    frames = torch.randint(0, 256, (2, 16, 16, 3), dtype=torch.uint8)
+    nudged = (frames.int() + torch.randint(-1, 2, frames.shape)).clamp(0, 255).to(torch.uint8)
+    assert fingerprints_agree(fingerprint([frames]), fingerprint([nudged]))
+    assert not fingerprints_agree(fingerprint([frames]), fingerprint([frames.flip(0)]))
+
+
+# ---- the workload -------------------------------------------------------------------------------
+
+def _run(ds: VideoDataset, monkeypatch, knobs: dict, steps: int = 4) -> dict:
+    monkeypatch.setattr("benchbay.workloads.decode.cached_dataset", lambda spec, seed: ds.root)
+    workload = Decode({"height": 64, "width": 96, "episode_frames": 30, "episodes": 2},
+                      {"seed": 3, **knobs}, torch.device("cpu"))
+    assert workload.skip_reason() is None
+    workload.setup()
+    for i in range(steps):
+        workload.step(i)
+    return workload.extra_metrics()
+
+
+def test_workload_reports_latency_cpu_memory_and_fingerprint(datasets, monkeypatch):
+    extra = _run(datasets["droid"], monkeypatch, {"backend": "pyav", "mode": "best", "keep_open": True})
+    assert extra["codec"] == "h264" and extra["cameras"] == 3 and extra["measured_samples"] == 2
+    assert extra["views"] == 6 and extra["frames"] == 48
+    assert extra["opens"] <= 3  # two episodes: at most one not yet opened during the two warm-up samples
+    for key in ("view_latency_ms", "sample_latency_ms", "view_decode_ms"):
+        assert 0 < extra[f"{key}_median"] <= extra[f"{key}_p90"] <= extra[f"{key}_p99"]
+    assert extra["frames_per_s"] > 0 and extra["cpu_time_s"] > 0 and extra["peak_rss_gib"] > 0
+    assert extra["cpu_util_mean"] > 0
+    assert extra["source_mad"] < 12
+    json.dumps(extra)  # the record must be able to hold it
+
+
+@pytest.mark.skipif(len(IN_PROCESS) < 2, reason="needs two backends")
+def test_workload_fingerprints_agree_across_backends(datasets, monkeypatch):
+    prints = [_run(datasets["droid"], monkeypatch, {"backend": name}, steps=3)["frame_fingerprint"]
+              for name in IN_PROCESS]
+    assert all(fingerprints_agree(prints[0], other) for other in prints[1:])
+
+
+def test_workload_through_workers_with_interference(datasets, monkeypatch):
+    extra = _run(datasets["droid"], monkeypatch, {"backend": "pyav", "num_workers": 1, "interference": "on",
+                                                  "pattern": "wallx"}, steps=5)
+    assert extra["worker_peak_rss_gib"] > 0
+    assert extra["foreground_step_s_alone"] > 0 and extra["foreground_inflation"] > 0
+    assert extra["frames"] == 3 * 3 and extra["opens"] == 9
+
+
+@pytest.mark.parametrize("suite", ["decoders.yaml", "decoders-cpu.yaml"])
+def test_suites_validate(suite):
+    from benchbay import suite as suites
+
+    points = suites.load(REPO / "suites" / suite).expand()
+    assert points and {p.knobs["backend"] for p in points} >= {"torchcodec", "decord", "pyav"}
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@CUDA
+@pytest.mark.skipif("torchcodec" not in IN_PROCESS, reason="torchcodec not installed")
+@pytest.mark.parametrize("preset", sorted(TINY))
+def test_torchcodec_on_cuda_matches_cpu(datasets, preset):
+    ds = datasets[preset]
+    path = ds.video_path(ds.cameras[0], 0)
+    frames = backend("torchcodec", Settings(device="cuda")).open(path).get_frames(INDICES)
+    assert frames.is_cuda and frames.dtype == torch.uint8
+    assert mean_abs_diff(frames, _reference(ds, ds.cameras[0], INDICES)) <= FRAME_TOLERANCE
+
+
+@CUDA
+def test_interference_on_cuda_with_spawned_workers(datasets, monkeypatch):
+    monkeypatch.setattr("benchbay.workloads.decode.cached_dataset", lambda spec, seed: datasets["droid"].root)
+    workload = Decode({"height": 64, "width": 96, "episode_frames": 30, "episodes": 2},
+                      {"seed": 3, "backend": "pyav", "num_workers": 1, "interference": "on", "pin_memory": True},
+                      torch.device("cuda"))
+    workload.setup()
+    for i in range(4):
+        workload.step(i)
+    extra = workload.extra_metrics()
+    assert extra["foreground_step_s_alone"] > 0 and extra["worker_peak_rss_gib"] > 0

@@ -1,0 +1,80 @@
+"""The teacher-forcing self-attention pattern, written once as a FlexAttention ``mask_mod``.
+
+Query -> keys it sees (models.md, as the official training code computes it):
+- clean first frame -> the clean first frame;
+- later clean tokens -> every clean token up to and including their own position (the official
+  code issues one causal flash-attention call over the clean half: token-level causal);
+- noisy first frame -> the noisy first frame;
+- noisy block i and action block i -> clean first frame + clean blocks 0..i-1, noisy block i,
+  action block i, state block i;
+- state block i -> state block i.
+
+The same function gives the FlexAttention BlockMask and the dense boolean mask of the SDPA path.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+
+from benchbay.workloads.dreamzero.config import SequenceLayout
+
+CLEAN, NOISY, ACTION, STATE = 0, 1, 2, 3
+
+
+def token_labels(layout: SequenceLayout, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """(segment, block) of every token: segment is CLEAN/NOISY/ACTION/STATE; block is the causal
+    block index, -1 for the first latent frame of either video half."""
+    frame_block = torch.tensor([-1] + [(f - 1) // layout.frames_per_block for f in range(1, layout.latent_frames)])
+    video_block = frame_block.repeat_interleave(layout.frame_tokens)
+    chunks = torch.arange(layout.blocks)
+    block = torch.cat([video_block, video_block, chunks.repeat_interleave(layout.actions_per_block),
+                       chunks.repeat_interleave(layout.states_per_block)])
+    lengths = torch.tensor([layout.video_tokens, layout.video_tokens, layout.actions, layout.states])
+    segment = torch.arange(4).repeat_interleave(lengths)
+    return segment.to(device), block.to(device)
+
+
+def make_mask_mod(layout: SequenceLayout, device: torch.device | str = "cpu"):
+    """``mask_mod(b, h, q_idx, kv_idx) -> bool``: True where query q_idx may attend to key kv_idx."""
+    segment, block = token_labels(layout, device)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        q_seg, kv_seg = segment[q_idx], segment[kv_idx]
+        q_block, kv_block = block[q_idx], block[kv_idx]
+        kv_clean = kv_seg == CLEAN
+        clean_query = kv_clean & torch.where(q_block < 0, kv_block < 0, kv_idx <= q_idx)
+        first_noisy_query = (kv_seg == NOISY) & (kv_block < 0)
+        # noisy block i and action block i: earlier clean blocks (first frame is block -1), then
+        # the noisy/action/state tokens of their own block
+        joint_query = torch.where(kv_clean, kv_block < q_block, kv_block == q_block)
+        state_query = (kv_seg == STATE) & (kv_block == q_block)
+        return torch.where(q_seg == CLEAN, clean_query,
+                           torch.where(q_seg == STATE, state_query,
+                                       torch.where(q_block < 0, first_noisy_query, joint_query)))
+
+    return mask_mod
+
+
+def dense_mask(layout: SequenceLayout, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(tokens, tokens) boolean mask for scaled_dot_product_attention (True = attend)."""
+    positions = torch.arange(layout.total, device=device)
+    return make_mask_mod(layout, device)(None, None, positions[:, None], positions[None, :])
+
+
+def block_mask(layout: SequenceLayout, device: torch.device | str) -> BlockMask:
+    """FlexAttention BlockMask, built once per shape with B=H=None (valid for any batch size)."""
+    build = torch.compile(create_block_mask)  # eager would materialise the dense mask first
+    return build(make_mask_mod(layout, device), B=None, H=None, Q_LEN=layout.total, KV_LEN=layout.total,
+                 device=device)
+
+
+def allowed_pairs(layout: SequenceLayout) -> int:
+    """Number of (query, key) pairs the pattern allows, counted in closed form from the prose."""
+    f, bt, lv = layout.frame_tokens, layout.block_tokens, layout.video_tokens
+    a, s = layout.actions_per_block, layout.states_per_block
+    clean = f * f + (lv * (lv + 1) - f * (f + 1)) // 2
+    noisy_first = f * f
+    joint = sum((bt + a) * (f + i * bt + bt + a + s) for i in range(layout.blocks))
+    states = layout.blocks * s * s
+    return clean + noisy_first + joint + states

@@ -1,0 +1,181 @@
+"""DreamZero's training step as a benchbay workload (``name: dreamzero``).
+
+One step, as the official ``WANPolicyHead.forward`` runs it: frozen encoders (VAE, umT5, CLIP) on
+the raw batch, flow-matching noise, the CausalWanModel forward in teacher forcing, video + action
+losses. Real dimensions, random weights, synthetic batches of the real shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.profiler import record_function
+
+from benchbay.workloads.base import Choice, ModelParts, TrainingWorkload
+from benchbay.workloads.dreamzero import flops, mask
+from benchbay.workloads.dreamzero.attention import attention_core
+from benchbay.workloads.dreamzero.config import Preset, preset
+from benchbay.workloads.dreamzero.encoders import Conditioning, FrozenEncoders
+from benchbay.workloads.dreamzero.flow import FlowMatching, action_loss
+from benchbay.workloads.dreamzero.rope import rope_table
+from benchbay.workloads.dreamzero.transformer import CausalWanModel
+
+# generic knobs this workload reads (the harness passes every knob; tests may pass a few)
+_GENERIC_DEFAULTS = {"cuda_graph": "off", "recompute": "off", "precision": "bf16_mixed", "seed": 0}
+
+
+class DreamZero(TrainingWorkload):
+    name = "dreamzero"
+    regions = ("blocks",)
+    params = {"preset": "dreamzero-5b", "layers": None}
+    knobs = {
+        "attention": Choice(("flex", "sdpa"), "self-attention: flex = compiled FlexAttention with a BlockMask; "
+                            "sdpa = one SDPA call with the dense boolean mask"),
+        "encoders": Choice(("batched", "per_sample"), "run the VAE and CLIP over the micro-batch at once, or one "
+                           "sample at a time as the official code does (umT5 is batched in both)"),
+        "duplicate_vae_encode": Choice((False, True), "also VAE-encode the first-frame-plus-zeros clip where the "
+                                       "model does not use it (5B), as the official code does"),
+        "frozen_encoders": Choice(("in_step", "cached"), "in_step: encoders run inside every step; cached: their "
+                                  "outputs are computed once in build (offline caching), the encoders are dropped"),
+    }
+
+    def __init__(self, params: dict[str, Any], knobs: dict[str, Any], device: torch.device):
+        super().__init__(params, knobs, device)
+        self.preset: Preset = preset(self.params["preset"], self.params["layers"])
+        self.layout = self.preset.layout()
+
+    def knob(self, name: str) -> Any:
+        default = self.knobs[name].default if name in self.knobs else _GENERIC_DEFAULTS[name]
+        return self.knob_values.get(name, default)
+
+    # --- protocol -----------------------------------------------------------------------------
+    def skip_reason(self) -> str | None:
+        if self.knob("attention") == "flex" and self.device.type == "cpu":
+            return "attention=flex cannot train on CPU: FlexAttention has no backward there (forward only)"
+        if self.knob("cuda_graph") == "attention" and self.device.type != "cuda":
+            return f"cuda_graph=attention captures CUDA graphs: needs a CUDA device (running on {self.device.type})"
+        if self.knob("cuda_graph") == "attention" and self.knob("recompute") != "off":
+            return ("cuda_graph=attention inside per-block activation checkpointing fails "
+                    "('graph recording observed an input tensor deallocate', PT #154306)")
+        if self.knob("frozen_encoders") == "cached":
+            ignored = [f"{k}={self.knob(k)}" for k in ("encoders", "duplicate_vae_encode")
+                       if self.knob(k) != self.knobs[k].default]
+            if ignored:
+                return f"frozen_encoders=cached runs no encoder in the step, so {', '.join(ignored)} has no effect"
+        return None
+
+    def build(self) -> ModelParts:
+        core = attention_core(self.knob("attention"), cuda_graph=self.knob("cuda_graph") == "attention")
+        with torch.device(self.device):
+            encoders = FrozenEncoders(self.preset).to(self._frozen_dtype()).requires_grad_(False).eval()
+            model = CausalWanModel(self.preset.transformer, core)
+        self.flow = FlowMatching(self.device)
+        self.rope = rope_table(self.layout, self.preset.transformer, self.device)
+        if self.knob("attention") == "flex":
+            self.attention_mask = mask.block_mask(self.layout, self.device)
+        else:
+            self.attention_mask = mask.dense_mask(self.layout, self.device)
+            if self.knob("cuda_graph") == "attention":
+                # a constant input of every graphed call: keep it in place rather than copy it per replay
+                torch._dynamo.mark_static_address(self.attention_mask)
+        self.trainable_params = sum(p.numel() for p in model.parameters())
+        self.frozen_params = sum(p.numel() for p in encoders.parameters())
+        if self.knob("frozen_encoders") == "cached":
+            raw = self._raw_inputs(self._generator(-1))
+            self.cached = encoders.encode(*raw, per_sample=False, duplicate_vae_encode=False)
+            del encoders
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return ModelParts(model=model, regions={"blocks": list(model.blocks)})
+        self.encoders = encoders
+        return ModelParts(model=model, regions={"blocks": list(model.blocks)}, frozen=[encoders])
+
+    def batch(self, step: int) -> dict[str, torch.Tensor]:
+        """A micro-batch, deterministic from (seed, step), on the device. Keys:
+        video (B, 3, 33, H, W) uint8 canvas, text_ids / text_mask (B, T) [in_step only];
+        actions (B, 96, 32) in [-1, 1] zero-padded, action_mask (B, 96, 32), states (B, 4, 64);
+        the flow-matching draws: frame_ids (B, 9), action_ids (B, 96), video_noise (B, z, 9, h, w),
+        action_noise (B, 96, 32)."""
+        g = self._generator(step)
+        b, s, c = self.mbs, self.preset.sample, self.preset.transformer
+        out: dict[str, torch.Tensor] = {}
+        if self.knob("frozen_encoders") == "in_step":
+            out["video"], out["text_ids"], out["text_mask"] = self._raw_inputs(g)
+        valid_actions = torch.zeros(c.action_dim, device=self.device)
+        valid_actions[: s.action_valid_dims] = 1
+        out["action_mask"] = valid_actions.expand(b, s.actions, -1).contiguous()
+        out["actions"] = (torch.rand(b, s.actions, c.action_dim, generator=g, device=self.device) * 2 - 1) \
+            * out["action_mask"]
+        states = torch.randn(b, s.states, c.state_dim, generator=g, device=self.device)
+        states[..., s.state_valid_dims:] = 0
+        out["states"] = states
+        out["frame_ids"], out["action_ids"] = self.flow.sample_ids(
+            b, self.layout.latent_frames, s.frames_per_block, self.layout.actions_per_block, g, self.device)
+        out["video_noise"] = torch.randn(b, self.preset.z_dim, self.layout.latent_frames, *self.preset.latent_hw,
+                                         generator=g, device=self.device)
+        out["action_noise"] = torch.randn(b, s.actions, c.action_dim, generator=g, device=self.device)
+        return out
+
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if self.knob("cuda_graph") == "attention":
+            torch.compiler.cudagraph_mark_step_begin()
+        with record_function("frozen_encoders"):
+            cond = self._conditioning(batch)
+        with record_function("forward"):
+            noisy_video, video_target = self.flow.noise(cond.latents, batch["video_noise"], batch["frame_ids"], dim=2)
+            noisy_actions, action_target = self.flow.noise(batch["actions"], batch["action_noise"],
+                                                           batch["action_ids"], dim=1)
+            timesteps = self.flow.timesteps
+            video_pred, action_pred = model(
+                noisy_video, cond.latents, timesteps[batch["frame_ids"]], noisy_actions,
+                timesteps[batch["action_ids"]], batch["states"], cond.text, cond.image, self.rope,
+                self.attention_mask, condition=cond.condition)
+            dynamics = self.flow.video_loss(video_pred, video_target, batch["frame_ids"])
+            actions = action_loss(action_pred, action_target, batch["action_mask"])
+        return dynamics + actions, {"dynamics_loss": dynamics.detach(), "action_loss": actions.detach()}
+
+    def optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        # fused only where every parameter lives on the GPU (not under CPU optimizer offload)
+        fused = bool(params) and all(p.device.type == "cuda" for p in params)
+        return torch.optim.AdamW(params, lr=1e-5, betas=(0.95, 0.999), eps=1e-8, weight_decay=1e-5, fused=fused)
+
+    def flops_per_sample(self) -> dict[str, float]:
+        frozen = 0.0
+        if self.knob("frozen_encoders") == "in_step":
+            frozen = flops.frozen_forward_flops(self.preset, bool(self.knob("duplicate_vae_encode")))
+        return {"train": 3 * flops.transformer_forward_flops(self.preset), "frozen": frozen}
+
+    def extra_metrics(self) -> dict[str, Any]:
+        return {"preset": self.preset.name, "layers": self.preset.transformer.layers,
+                "tokens_per_sample": self.layout.total,
+                "attention_density": mask.allowed_pairs(self.layout) / self.layout.total ** 2,
+                "trainable_params": getattr(self, "trainable_params", None),
+                "frozen_params": getattr(self, "frozen_params", None)}
+
+    # --- helpers ------------------------------------------------------------------------------
+    def _frozen_dtype(self) -> torch.dtype:
+        # the encoders are inference-only: bf16 whenever training computes in bf16 (as the harness's
+        # precision knob casts them too); built in it directly so cached encodes use it as well
+        return torch.float32 if self.knob("precision") == "fp32" else torch.bfloat16
+
+    def _generator(self, step: int) -> torch.Generator:
+        return torch.Generator(self.device).manual_seed(int(self.knob("seed")) * 1_000_003 + step + 1)
+
+    def _raw_inputs(self, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The uint8 canvas clip and the padded prompt (token ids + attention mask)."""
+        b, s = self.mbs, self.preset.sample
+        video = torch.randint(0, 256, (b, 3, s.frames, *s.canvas), generator=g, device=self.device, dtype=torch.uint8)
+        lengths = torch.randint(*s.text_valid, (b, 1), generator=g, device=self.device)
+        text_mask = (torch.arange(s.text_len, device=self.device) < lengths).long()
+        text_ids = torch.randint(1, self.preset.t5["vocab_size"], (b, s.text_len), generator=g,
+                                 device=self.device) * text_mask
+        return video, text_ids, text_mask
+
+    def _conditioning(self, batch: dict[str, torch.Tensor]) -> Conditioning:
+        if self.knob("frozen_encoders") == "cached":
+            return self.cached
+        return self.encoders.encode(batch["video"], batch["text_ids"], batch["text_mask"],
+                                    per_sample=self.knob("encoders") == "per_sample",
+                                    duplicate_vae_encode=bool(self.knob("duplicate_vae_encode")))

@@ -1,0 +1,106 @@
+"""The Wall-X training step (a VLA on Qwen2.5-VL-3B) at real dimensions: random weights, synthetic
+LIBERO-shaped batches (2 cameras at 256 px -> 252 px -> 81 tokens each, ~60 text tokens, one
+proprioception token, an action chunk of 32 or 10 steps)."""
+
+from __future__ import annotations
+
+import torch
+from torch.profiler import record_function
+from transformers import Qwen2_5_VLForConditionalGeneration
+
+from benchbay.workloads.base import Choice, ModelParts, TrainingWorkload
+from benchbay.workloads.wallx.attention import set_implementations, varlen_unavailable
+from benchbay.workloads.wallx.batch import VisionInputs, WallXBatch, synthetic_batch
+from benchbay.workloads.wallx.config import PRESETS
+from benchbay.workloads.wallx.flops import forward_flops
+from benchbay.workloads.wallx.layout import SequenceLayout, Token
+from benchbay.workloads.wallx.model import WallXModel
+
+
+class WallX(TrainingWorkload):
+    name = "wallx"
+    regions = ("backbone", "vision")   # the 36 decoder layers; the 32 vision blocks
+    knobs = {
+        "attention": Choice(("sdpa", "eager", "flash", "flex"),
+                            "language model attention: sdpa/eager with a 4-D mask, flash = torch varlen_attn "
+                            "(FlashAttention-2; CUDA, bf16), flex = FlexAttention with a BlockMask (always compiled)"),
+        "vision_attention": Choice(("sdpa", "eager", "flash"),
+                                   "vision tower windowed attention: sdpa/eager issue one call per window "
+                                   "(host sync per layer); flash packs all windows into one varlen call"),
+        "lm_head": Choice(("all", "text"),
+                          "all: lm_head over every token, as the official step; text: over the text tokens only"),
+    }
+    params = {"preset": "wallx-3b", "action_horizon": 32, "layers": None}
+
+    def __init__(self, params, knobs, device):
+        super().__init__(params, knobs, device)
+        if self.params["preset"] not in PRESETS:
+            raise ValueError(f"wallx: unknown preset {self.params['preset']!r}; known: {sorted(PRESETS)}")
+        for name, value in (("action_horizon", self.params["action_horizon"]), ("layers", self.params["layers"])):
+            if (value is not None or name != "layers") and not (type(value) is int and value > 0):
+                raise ValueError(f"wallx: {name} must be a positive integer, got {value!r}")
+        self.preset = PRESETS[self.params["preset"]]
+        self.layout = SequenceLayout.wallx(self.preset.prompt_tokens, self.preset.image_tokens, self.preset.cameras,
+                                           self.preset.instruction_tokens, self.params["action_horizon"])
+        self._vision: VisionInputs | None = None
+
+    def knob(self, name: str):
+        return self.knob_values.get(name, self.knobs[name].default)
+
+    @property
+    def layers(self) -> int:
+        return self.params["layers"] or self.preset.text["num_hidden_layers"]
+
+    def skip_reason(self) -> str | None:
+        for name in ("attention", "vision_attention"):
+            if self.knob(name) != "flash":
+                continue
+            reason = varlen_unavailable(self.device)
+            if reason is None and self.knob_values.get("precision") == "fp32":
+                reason = "FlashAttention takes bf16/fp16 only (precision=fp32)"
+            if reason:
+                return f"{name}=flash: {reason}"
+        if self.knob("attention") == "flex" and self.device.type == "cpu":
+            return "attention=flex: FlexAttention has no backward on CPU"
+        if self.knob("attention") == "flex" and self.layout.length < 128:
+            # seen on torch 2.11 / H200: 79 tokens fail to lower (NoValidChoicesError), 133 and 255 train
+            return f"attention=flex: {self.layout.length} tokens per sample; flex training kernels need >= 128"
+        if self.knob_values.get("cuda_graph") == "attention":
+            return "cuda_graph=attention: wallx has no attention helpers to capture (use cuda_graph=step)"
+        return None
+
+    def build(self) -> ModelParts:
+        with torch.device(self.device):
+            vlm = Qwen2_5_VLForConditionalGeneration(self.preset.vlm_config(self.params["layers"]))
+            set_implementations(vlm, self.knob("attention"), self.knob("vision_attention"))
+            model = WallXModel(vlm, self.preset, self.layout, self.knob("attention"), self.knob("lm_head"))
+        return ModelParts(model=model, regions={"backbone": list(vlm.model.language_model.layers),
+                                                "vision": list(vlm.model.visual.blocks)})
+
+    def batch(self, step: int) -> WallXBatch:
+        images = self.mbs * self.preset.cameras
+        if self._vision is None or len(self._vision.grid_thw) != images:
+            self._vision = VisionInputs.for_images(self.preset, images, self.device)
+        return synthetic_batch(self.preset, self._vision, self.mbs, self.params["action_horizon"], step, self.device)
+
+    def loss(self, model, batch):
+        with record_function("forward"):
+            text_loss, action_loss = model(batch)
+        return text_loss + action_loss, {"text_loss": text_loss.detach(), "action_loss": action_loss.detach()}
+
+    def optimizer(self, params):
+        fused = bool(params) and all(p.device.type == "cuda" for p in params)
+        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, fused=fused)
+
+    def forward_flops(self) -> dict[str, float]:
+        return forward_flops(self.preset, self.layout, self.layers, self.knob("lm_head"))
+
+    def flops_per_sample(self) -> dict[str, float]:
+        # nothing is frozen: the vision tower, language model and action head all train
+        return {"train": 3 * sum(self.forward_flops().values()), "frozen": 0.0}
+
+    def extra_metrics(self) -> dict:
+        return {"tokens_per_sample": self.layout.length,
+                "image_tokens_per_sample": self.layout.count(Token.IMAGE),
+                "text_tokens_per_sample": self.layout.count(Token.TEXT),
+                **{f"forward_flops_{part}": flops for part, flops in self.forward_flops().items()}}

@@ -36,7 +36,8 @@ GENERIC: dict[str, Knob] = {
     "replicate": Knob(1, "fsdp2_hybrid: replica groups (the rest of the world shards)", type=int),
     "offload": Knob("none", "optimizer: optimizer state and step on the CPU", ("none", "optimizer")),
     "alloc": Knob("default", "CUDA caching allocator setting", ("default", "expandable_segments")),
-    "deterministic": Knob(False, "torch deterministic algorithms", (False, True)),
+    "deterministic": Knob(False, "torch.use_deterministic_algorithms (strict: an op without a "
+                          "deterministic kernel fails the point)", (False, True)),
     "ddp_static_graph": Knob(False, "DDP static_graph", (False, True)),
     "ddp_gradient_as_bucket_view": Knob(False, "DDP gradient_as_bucket_view", (False, True)),
     "ddp_bucket_cap_mb": Knob(25, "DDP bucket_cap_mb", type=int),

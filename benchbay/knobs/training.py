@@ -58,7 +58,9 @@ class TrainStep:
 
 def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.device) -> TrainStep:
     if knobs["deterministic"]:
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        # strict: with warn_only, flash and cuDNN attention only warn and stay non-deterministic;
+        # an op without a deterministic kernel then fails the point with a clear error instead
+        torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
     parts = workload.build()
     for module in parts.frozen:

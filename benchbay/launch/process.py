@@ -3,15 +3,20 @@ classify how it ended: the worker's own result when it wrote one, else crash or 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 STATUS_ORDER = ("oom", "error", "diverged", "crash", "timeout", "skipped", "ok")  # worst first
 
@@ -53,9 +58,24 @@ def command(spec_path: Path, result_path: Path, launch: Launch) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *rdzv, f"--nproc-per-node={launch.nproc}", *worker]
 
 
+@dataclass
+class Finished:
+    """What the processes of one point (on one node) left behind."""
+
+    results: list[dict[str, Any]]  # one per rank that wrote a result file
+    returncode: int | None
+    timed_out: bool
+    tail: str  # the end of the log
+
+
 def run_point(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launch = Launch()) -> dict[str, Any]:
     """Run the worker and return its (merged) result; never raises for a failed point.
     KeyboardInterrupt kills the point's process group and propagates."""
+    return merge(run_ranks(spec, workdir, timeout, launch), timeout, launch.world_size)
+
+
+def run_ranks(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launch) -> Finished:
+    """This node's processes of the point, unmerged (a multi-node launcher merges all nodes')."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = workdir / "spec.json", workdir / "result.json", workdir / "worker.log"
     spec_path.write_text(json.dumps(spec, default=str))
@@ -66,7 +86,7 @@ def run_point(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launc
     timed_out = False
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command(spec_path, result_path, launch), stdout=log, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True, preexec_fn=_die_with_parent)
+                                env=env, start_new_session=True, preexec_fn=die_with_parent)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -77,11 +97,12 @@ def run_point(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launc
             raise
     results = [json.loads(p.read_text()) for p in sorted(workdir.glob("result*.json"))]
     tail = log_path.read_text(errors="replace")[-3000:]
-    return merge(results, proc.returncode, timed_out, timeout, tail, launch.world_size)
+    return Finished(results, proc.returncode, timed_out, tail)
 
 
-def _die_with_parent() -> None:
-    """In the child: a SIGKILLed runner must not leave its point running (Linux only)."""
+def die_with_parent() -> None:
+    """In a child process: SIGKILL it when its parent dies, so that a SIGKILLed runner leaves no
+    point running (Linux only; ranks under torchrun call it too, torchrun being their parent)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
@@ -89,47 +110,96 @@ def _die_with_parent() -> None:
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the point's process group and every descendant: torchrun starts each rank in a
+    session of its own, so killing torchrun's group alone would leave hung ranks running."""
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for child in descendants:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
     proc.wait()
 
 
-def merge(results: list[dict], returncode: int, timed_out: bool, timeout: float, tail: str,
-          world_size: int) -> dict[str, Any]:
-    """One outcome for the point: the worst rank's status; the slowest rank's figures."""
-    if results:
-        worst = min(results, key=lambda r: STATUS_ORDER.index(r["status"]))
-        if worst["status"] == "ok" and (timed_out or len(results) < world_size):
-            return _no_result(returncode, timed_out, timeout, tail, partial=len(results))
-        ok = [r for r in results if r["status"] == "ok"]
-        if worst["status"] == "ok":
-            slowest = max(ok, key=lambda r: r["metrics"].get("step_time_s") or 0.0)
-            out = {**slowest, "status": "ok"}
-        else:
-            out = dict(worst)
-        out["ranks"] = [{"rank": r.get("rank", 0), "status": r["status"],
-                         "step_time_s": r["metrics"].get("step_time_s"),
-                         "peak_mem_allocated_gib": r["metrics"].get("peak_mem_allocated_gib")}
-                        for r in sorted(results, key=lambda r: r.get("rank", 0))]
-        out["world_size"] = world_size
-        return out
-    return _no_result(returncode, timed_out, timeout, tail, partial=0)
+#: each rank's own figures, kept in the record's ``ranks`` list
+RANK_FIGURES = ("step_time_s", "step_time_p90_s", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "host_rss_gib")
+#: torchrun's summary of a failed group names the first rank to fail and its exit code (< 0: signal)
+ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
-def _no_result(returncode: int, timed_out: bool, timeout: float, tail: str, partial: int) -> dict[str, Any]:
+def merge(done: Finished, timeout: float, world_size: int) -> dict[str, Any]:
+    """One outcome for the point: the worst rank's status (its reason prefixed with its rank), or
+    a crash when the first rank to fail died without a result (the others' errors, such as a closed
+    connection, follow from it); the slowest rank's figures, the spread of step times across ranks
+    and every rank's own figures."""
+    results = sorted(done.results, key=lambda r: r.get("rank", 0))
+    lost = _lost_rank(done.tail, results)
+    worst = min(results, key=lambda r: STATUS_ORDER.index(r["status"]), default=None)
+    if worst is None or lost or (worst["status"] == "ok" and (done.timed_out or len(results) < world_size)):
+        out = _no_result(done, timeout, partial=len(results), lost=lost)
+    elif worst["status"] == "ok":
+        slowest = max(results, key=lambda r: r["metrics"].get("step_time_s") or 0.0)
+        out = {**slowest, "metrics": {**slowest["metrics"], "step_time_rank_spread": _rank_spread(results)}}
+    else:
+        out = dict(worst)
+        if world_size > 1 and worst["status"] != "skipped" and worst.get("reason"):  # every rank skips alike
+            out["reason"] = f"rank {worst.get('rank', 0)}: {worst['reason']}"
+    out["ranks"] = [{"rank": r.get("rank", 0), "status": r["status"],
+                     **{k: r["metrics"].get(k) for k in RANK_FIGURES},
+                     **({"reason": r.get("reason")} if r["status"] != "ok" else {})} for r in results]
+    out["world_size"] = world_size
+    return out
+
+
+def _lost_rank(tail: str, results: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """torchrun's first failed rank and its exit code, when that rank wrote no result."""
+    match = ROOT_CAUSE.search(tail)
+    if match is None or any(r.get("rank", 0) == int(match[1]) for r in results):
+        return None
+    return int(match[1]), int(match[2])
+
+
+def _rank_spread(ok: list[dict[str, Any]]) -> float | None:
+    """(slowest - fastest) / median of the ranks' step times: how unevenly the ranks ran."""
+    times = sorted(t for r in ok if (t := r["metrics"].get("step_time_s")))
+    if not times:
+        return None
+    return (times[-1] - times[0]) / statistics.median(times)
+
+
+def _no_result(done: Finished, timeout: float, partial: int, lost: tuple[int, int] | None = None) -> dict[str, Any]:
+    returncode, tail = done.returncode, done.tail
     base = {"metrics": {"exit_code": returncode}, "series": {}, "extra": {"log_tail": tail}}
-    if timed_out:
+    if done.timed_out:
         return {**base, "status": "timeout", "reason": f"no result within {timeout:g} s (killed)"
                 + (f"; {partial} rank(s) had finished" if partial else "")}
+    if lost:
+        rank, code = lost
+        if code < 0:
+            base["metrics"]["signal"] = _signal_name(-code)
+            return {**base, "status": "crash", "reason": f"rank {rank} killed by {_signal_name(-code)} "
+                    "(the first rank to fail)"}
+        return {**base, "status": "crash", "reason": f"rank {rank} ended with exit code {code} without a result "
+                "(the first rank to fail)"}
     if returncode is not None and returncode < 0:
-        sig = signal.Signals(-returncode).name
+        sig = _signal_name(-returncode)
         base["metrics"]["signal"] = sig
         return {**base, "status": "crash", "reason": f"killed by {sig}: {_last_line(tail)}"}
     return {**base, "status": "crash", "reason": f"exit code {returncode} without a result: {_last_line(tail)}"}
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _last_line(tail: str) -> str:
-    lines = [x for x in tail.strip().splitlines() if x.strip()]
+    lines = [x for x in tail.strip().splitlines() if x.strip(" =-")]  # not a rule of "=" or "-"
     return lines[-1][:300] if lines else "(no output)"

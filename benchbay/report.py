@@ -169,7 +169,11 @@ def _overview(df: pd.DataFrame, title: str) -> list[Block]:
 
 
 def _sweep_blocks(points: pd.DataFrame, peak_flops: float | None) -> list[Block]:
-    blocks: list[Block] = [Heading("Sweep", 3), Table(display(sweep_table(points)))]
+    blocks: list[Block] = [Heading("Sweep", 3)]
+    # a suite whose points name different workloads gets one table each: their knobs differ
+    for workload, group in points.groupby("workload", sort=False):
+        caption = f"workload {workload}" if points["workload"].nunique() > 1 else ""
+        blocks.append(Table(display(sweep_table(group)), caption))
     sources = peak_sources(points.get("env.gpu", []), peak_flops)
     if points["mfu"].notna().any() and sources:
         blocks.append(Text("MFU = flops_per_sample x samples/s/GPU / peak; peak: "
@@ -257,8 +261,8 @@ def _decoder_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Bloc
 def _top_ops(ops: Iterable[Mapping]) -> pd.DataFrame:
     rows = []
     for op in list(ops)[:TOP_OPS]:
-        seconds = op.get("self_device_time_s", op.get("self_cpu_time_s"))
-        rows.append({"op": op.get("name"), "self time (ms)": None if seconds is None else seconds * 1e3,
+        seconds = op.get("time_s")  # per step: device time on CUDA, self host time on CPU
+        rows.append({"op": op.get("name"), "time per step (ms)": None if seconds is None else seconds * 1e3,
                      "share": op.get("share")})
     return pd.DataFrame(rows).assign(share=lambda t: t["share"].map(lambda s: "" if is_missing(s) else f"{s:.1%}"))
 

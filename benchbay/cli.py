@@ -91,7 +91,7 @@ def cmd_list(args) -> int:
     for name, knob in knobs.GENERIC.items():
         values = "|".join(map(str, knob.values)) if knob.values else (knob.type.__name__ if knob.type else "str")
         console.print(f"  {name:28s} {values:40s} {knob.help}", highlight=False)
-    for name, target in sorted(registry.available().items()):
+    for name in sorted(registry.available()):
         try:
             cls = registry.resolve(name)
         except LookupError as exc:

@@ -9,8 +9,9 @@ import os
 import secrets
 import time
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 

@@ -125,7 +125,8 @@ class Suite:
         """Every sweep point for a device type: explicit points x grid product x zipped axes,
         excludes marked. A point may name its own workload (``workload: {name, params}``)."""
         grid_keys = list(self.grid)
-        zip_rows = [dict(zip(self.zip, row)) for row in zip(*self.zip.values())] if self.zip else [{}]
+        zip_rows = [dict(zip(self.zip, row, strict=True)) for row in zip(*self.zip.values(), strict=True)] \
+            if self.zip else [{}]
         out: list[Point] = []
         for explicit in self.points or [{}]:
             explicit = dict(explicit)
@@ -139,7 +140,7 @@ class Suite:
             own_knobs = {k: v for k, v in self.knobs.items() if k in defaults}  # suite knobs it understands
             for values in itertools.product(*(self.grid[k] for k in grid_keys)):
                 for zipped in zip_rows:
-                    varied = {**dict(zip(grid_keys, values)), **zipped}
+                    varied = {**dict(zip(grid_keys, values, strict=True)), **zipped}
                     knobs = {**defaults, **own_knobs, **explicit, **varied}
                     full_label = label
                     if label and varied:
@@ -237,7 +238,7 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
     if cls is not None:
         v.knobs(cls, knobs, "knobs")
     elif classes:  # every point names its workload: a suite knob must suit one of them
-        for key, value in knobs.items():
+        for key in knobs:
             if not any(key in knob_table.specs_for(c) for c in classes):
                 v.error(f"knobs.{key}", f"a knob of {sorted({c.name for c in classes})}")
     for c in classes:

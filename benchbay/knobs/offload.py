@@ -4,7 +4,7 @@ Under FSDP2 the same knob uses CPUOffloadPolicy instead (sharding.py)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -23,9 +23,9 @@ class CPUOffloadedOptimizer:
             p.grad = None
 
     def step(self) -> None:
-        for p, m in zip(self.params, self.master):
+        for p, m in zip(self.params, self.master, strict=True):
             m.grad = None if p.grad is None else p.grad.detach().to("cpu", torch.float32)
         self.inner.step()
         with torch.no_grad():
-            for p, m in zip(self.params, self.master):
+            for p, m in zip(self.params, self.master, strict=True):
                 p.copy_(m, non_blocking=True)

@@ -6,8 +6,9 @@ block, then the root (or DDP) -> optimizer over what remains trainable."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -26,7 +26,7 @@ from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
 from benchbay.knobs import training
 from benchbay.workloads import registry
-from benchbay.workloads.base import StepWorkload, TrainingWorkload
+from benchbay.workloads.base import TrainingWorkload
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory")
 

@@ -47,7 +47,10 @@ def cmd_run(args) -> int:
         return _fail(exc)
     resume = args.resume if args.resume not in (None, "latest") else args.resume == "latest"
     try:
-        runner = SuiteRunner(suite, args.results, resume=resume)
+        from benchbay.suite import parse_scalar
+
+        params = {k: parse_scalar(v) for k, _, v in (x.partition("=") for x in args.executor_param)}
+        runner = SuiteRunner(suite, args.results, resume=resume, executor=args.executor, executor_params=params)
     except FileNotFoundError as exc:
         return _fail(exc)
     summary = runner.run_all()
@@ -262,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_ID",
                    help="continue a run (the latest on this machine, or RUN_ID), skipping measured points")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
+    p.add_argument("--executor", choices=("local", "slurm"), default="local",
+                   help="run points here, or each as a Slurm job through submitit")
+    p.add_argument("--executor-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="submitit parameter, e.g. slurm_partition=gpu, folder=/shared/jobs (repeatable)")
     p.add_argument("--report-dir", help="where the report goes (default: reports/<suite>)")
     suite_cmd("validate", cmd_validate, "check a suite file and count its points")
     p = suite_cmd("profile", cmd_profile, "run chosen points under torch.profiler (trace, top ops, phases, syncs)")

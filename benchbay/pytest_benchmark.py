@@ -65,12 +65,6 @@ def _env(machine_info: dict[str, Any], commit_info: dict[str, Any]) -> dict[str,
     }
 
 
-def _point_id(params: dict[str, Any], knobs: dict[str, Any]) -> str:
-    """Same recipe as the suite's point ids: hash of workload, params and knobs."""
-    blob = json.dumps({"workload": WORKLOAD, "params": params, "knobs": knobs}, sort_keys=True, default=str)
-    return hashlib.sha1(blob.encode()).hexdigest()[:12]
-
-
 def _record(bench: dict[str, Any], suite: str, run_id: str, env: dict[str, Any], started_at: str) -> dict[str, Any]:
     stats = dict(bench["stats"])
     data = [float(x) for x in stats.pop("data", None) or []]
@@ -88,7 +82,7 @@ def _record(bench: dict[str, Any], suite: str, run_id: str, env: dict[str, Any],
     }
     kept = {key: bench.get(key) for key in ("name", "fullname", "group", "param", "params", "options", "extra_info")}
     return {
-        "schema": 1, "suite": suite, "run_id": run_id, "point_id": _point_id(params, knobs),
+        "schema": 1, "suite": suite, "run_id": run_id, "point_id": store.point_id(WORKLOAD, params, knobs),
         "label": bench["name"], "repeat": 0, "workload": WORKLOAD, "params": params, "knobs": knobs,
         "status": "ok", "reason": None, "metrics": metrics,
         "series": {"step_times_s": data, "losses": []},

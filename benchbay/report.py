@@ -28,6 +28,7 @@ from benchbay.analysis import plots
 from benchbay.analysis.breakdown import BEST_PREFIX, leave_one_out, waterfall
 from benchbay.analysis.frame import is_missing
 from benchbay.analysis.mfu import peak_sources
+from benchbay.analysis.scaling import plot_scaling, scaling_table
 from benchbay.analysis.steady import amortisation_table
 from benchbay.analysis.tables import (
     effective_throughput,
@@ -279,6 +280,19 @@ def _profile_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Bloc
     return [Heading("Profiles", 3), *blocks] if blocks else []
 
 
+def _scaling_blocks(records: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
+    table = scaling_table(records)
+    if table.empty or table["world_size"].nunique() < 2:
+        return []
+    figure = plot_scaling(table, out_dir / f"{stem}-scaling.png")
+    blocks: list[Block] = [Heading("Scaling", 3),
+                           Text("Samples/s at each world size; efficiency = throughput / (GPUs x throughput "
+                                "at the smallest world size of the same configuration).")]
+    if figure is not None:
+        blocks.append(Image(figure, "throughput and scaling efficiency against GPUs"))
+    return [*blocks, Table(display(table))]
+
+
 def _suite_blocks(points: pd.DataFrame, meta: Mapping, out_dir: Path, peak_flops: float | None) -> list[Block]:
     suite = str(points["suite"].iloc[0])
     stem = _slug(suite)
@@ -407,6 +421,7 @@ def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay r
     blocks = _overview(df, title)
     for suite, points in summary.groupby("suite", sort=False):
         blocks += _suite_blocks(points.reset_index(drop=True), metas.get(suite, {}), out_dir, peak_flops)
+    blocks += _scaling_blocks(df, "scaling", out_dir)  # across suites: one configuration at several sizes
     (out_dir / "report.md").write_text(_markdown(blocks))
     html_path = out_dir / "report.html"
     html_path.write_text(_html(blocks, title))

@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from benchbay import store
 from benchbay.analysis.mfu import peak_flops_for
 from benchbay.collect.env import fingerprint
 from benchbay.launch.process import Launch, run_point
-from benchbay.suite import Point, Suite, point_id
+from benchbay.store import point_id
+from benchbay.suite import Point, Suite
 
 
 @dataclass
@@ -51,18 +53,23 @@ def derived_metrics(metrics: dict[str, Any], world_size: int, gpu: str | None) -
 
 class SuiteRunner:
     def __init__(self, suite: Suite, results_root: str | Path = "results", console: Console | None = None,
-                 resume: str | bool = False, launch: Launch | None = None):
+                 resume: str | bool = False, launch: Launch | None = None, executor: str = "local",
+                 executor_params: dict[str, Any] | None = None):
         self.suite = suite
         self.root = Path(results_root)
         self.console = console or Console(stderr=True)
         self.env = fingerprint()
-        self.device = device_type(suite)
+        self.executor, self.executor_params = executor, dict(executor_params or {})
+        # on a Slurm login node "auto" must not be resolved from the host's own devices
+        self.device = device_type(suite) if executor == "local" else (
+            "cpu" if suite.devices.type == "cpu" else "cuda")
         d = suite.devices
         self.launch = launch or Launch(d.nproc, d.nnodes, d.node_rank, d.rdzv_endpoint)
         self.run = self._pick_run(resume)
         self.done = {(r["point_id"], r.get("repeat", 0)) for r in store.read_records(self.run)
                      if r.get("env", {}).get("machine_key") == self.env["machine_key"]}
-        self._scratch = Path(tempfile.mkdtemp(prefix="benchbay-"))
+        # Slurm nodes must see the points' folders: keep them beside the run
+        self._scratch = self.run / "scratch" if executor == "slurm" else Path(tempfile.mkdtemp(prefix="benchbay-"))
 
     def _pick_run(self, resume: str | bool) -> Path:
         if resume:
@@ -90,17 +97,18 @@ class SuiteRunner:
             outcome = {"status": "skipped", "reason": point.excluded, "metrics": {}, "series": {}, "extra": {}}
         else:
             workdir = self._scratch / f"{point.point_id}-{repeat}"
-            outcome = run_point(self.spec(point, repeat), workdir, self.suite.timeout, self.launch)
+            outcome = self._run(self.spec(point, repeat), workdir)
         world = self.launch.world_size
+        env = outcome.get("env") or self.env  # a Slurm job's node, not the submitting host
         metrics = dict(outcome.get("metrics") or {})
-        metrics.update(derived_metrics(metrics, world, self.env.get("gpu")))
+        metrics.update(derived_metrics(metrics, world, env.get("gpu")))
         record = {
             "schema": 1, "suite": self.suite.name, "run_id": self.run.name, "point_id": point.point_id,
             "label": point.label, "repeat": repeat, "workload": point.workload, "params": point.params,
             "knobs": point.knobs, "status": outcome["status"], "reason": outcome.get("reason"),
             "metrics": metrics, "series": outcome.get("series") or {},
             "extra": {**(outcome.get("extra") or {}), **(extra or {})},
-            "world_size": world, "ranks": outcome.get("ranks", []), "env": self.env,
+            "world_size": world, "nnodes": self.launch.nnodes, "ranks": outcome.get("ranks", []), "env": env,
             "started_at": started.isoformat(timespec="seconds"), "duration_s": time.perf_counter() - t0,
         }
         if outcome.get("traceback"):
@@ -108,6 +116,13 @@ class SuiteRunner:
         store.append_record(self.run, record)
         self.done.add((point.point_id, repeat))
         return record
+
+    def _run(self, spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
+        if self.executor == "slurm":
+            from benchbay.launch.slurm import run_point_submitit
+
+            return run_point_submitit(spec, workdir, self.suite.timeout, self.launch, self.executor_params)
+        return run_point(spec, workdir, self.suite.timeout, self.launch)
 
     # ---- the sweep ------------------------------------------------------------------------------
     def tasks(self) -> list[tuple[Point, int]]:
@@ -146,7 +161,7 @@ class SuiteRunner:
                         records = [self.measure(point, repeat)]
                     for record in records:
                         counts[record["status"]] = counts.get(record["status"], 0) + 1
-                        line = describe(record)
+                        line = escape(describe(record))  # failure texts may hold [/...]
                         progress.console.print(f"  {line}")
                     progress.update(bar, advance=1, last=line)
             except KeyboardInterrupt:
@@ -169,7 +184,8 @@ class SuiteRunner:
 
         def probe(value: int) -> bool:
             knobs = {**config.knobs, search.knob: value}
-            point = replace(config, knobs=knobs, point_id=point_id(config.workload, config.params, knobs))
+            point = replace(config, knobs=knobs,
+                            point_id=point_id(config.workload, config.params, knobs, self.suite.world_size))
             if (point.point_id, repeat) in self.done:  # resumed: reuse the stored probe
                 stored = [r for r in store.read_records(self.run)
                           if r["point_id"] == point.point_id and r.get("repeat", 0) == repeat]
@@ -201,7 +217,7 @@ def feasible(record: dict[str, Any], headroom_gib: float | None, zero_retries: b
 
 def _config_id(suite: Suite, point: Point) -> str:
     knobs = {k: v for k, v in point.knobs.items() if k != suite.search.knob}
-    return point_id(point.workload, point.params, knobs)
+    return point_id(point.workload, point.params, knobs, suite.world_size)
 
 
 def describe(record: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ the environment, the run's state). Loading any set of runs gives one flat DataFr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -17,6 +18,14 @@ import pandas as pd
 
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"
+
+
+def point_id(workload: str, params: dict[str, Any], knobs: dict[str, Any], world_size: int = 1) -> str:
+    """Stable identity of a measurement: the same workload, params, knobs and number of processes
+    give the same id (so resume, compare and reports never pool different world sizes)."""
+    blob = json.dumps({"workload": workload, "params": params, "knobs": knobs, "world_size": world_size},
+                      sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
 def new_run_id() -> str:

@@ -4,9 +4,7 @@ Validation collects every problem (file, key path, what was expected) before any
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 import yaml
 
 from benchbay import knobs as knob_table
+from benchbay.store import point_id
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
 
@@ -121,6 +120,10 @@ class Suite:
     profile: list[str] = field(default_factory=list)  # labels of points to run under the profiler
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    @property
+    def world_size(self) -> int:
+        return self.devices.nproc * self.devices.nnodes
+
     def expand(self, device: str = "cpu") -> list[Point]:
         """Every sweep point for a device type: explicit points x grid product x zipped axes,
         excludes marked. A point may name its own workload (``workload: {name, params}``)."""
@@ -146,18 +149,13 @@ class Suite:
                     if label and varied:
                         full_label = label + " " + " ".join(f"{k}={v}" for k, v in varied.items())
                     out.append(Point(len(out), full_label, workload, params, knobs,
-                                     point_id(workload, params, knobs), _excluded_by(self.exclude, knobs)))
+                                     point_id(workload, params, knobs, self.world_size),
+                                     _excluded_by(self.exclude, knobs)))
         return out
 
 
 def _workload_node(node: str | dict[str, Any]) -> dict[str, Any]:
     return {"name": node} if isinstance(node, str) else node
-
-
-def point_id(workload: str, params: dict[str, Any], knobs: dict[str, Any]) -> str:
-    """Stable identity of a measurement: the same workload, params and knobs give the same id."""
-    blob = json.dumps({"workload": workload, "params": params, "knobs": knobs}, sort_keys=True, default=str)
-    return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
 def _excluded_by(rules: list[dict[str, Any]], knobs: dict[str, Any]) -> str | None:

@@ -323,3 +323,17 @@ def test_every_plot_loads_in_a_headless_browser(report_dir, tmp_path):
     loaded = int(re.search(r'data-loaded="(\d+)"', body).group(1))
     assert images == len(list(report_dir.glob("*.png"))) > 0
     assert loaded == images
+
+
+def test_report_has_a_scaling_section_when_a_configuration_ran_at_several_world_sizes(tmp_path, train_records):
+    import copy
+
+    one = [r for r in train_records if r["status"] == "ok"][:1]
+    two = copy.deepcopy(one)
+    for r in two:
+        r["world_size"], r["run_id"] = 2, "run-2gpu"
+        r["metrics"]["samples_per_s"] = 1.8 * one[0]["metrics"]["samples_per_s"]
+    build_report(records_to_frame(one + two), tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "### Scaling" in text and (tmp_path / "scaling-scaling.png").exists()
+    assert "| 2 | 1 | 1 | 1 | 0.5557 | 1.8 | 1.80x | 2 | 0.9 |" in text  # 1.8x on 2 GPUs: 90% efficiency

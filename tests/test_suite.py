@@ -2,7 +2,8 @@
 
 import pytest
 
-from benchbay.suite import SuiteError, load, point_id
+from benchbay.store import point_id
+from benchbay.suite import SuiteError, load
 from tests.conftest import TINY, write_suite
 
 GOOD = f"""
@@ -51,6 +52,7 @@ def test_overrides(tmp_path):
 def test_point_id_is_stable():
     assert point_id("w", {"a": 1}, {"x": 1, "y": 2}) == point_id("w", {"a": 1}, {"y": 2, "x": 1})
     assert point_id("w", {"a": 1}, {"x": 1}) != point_id("w", {"a": 2}, {"x": 1})
+    assert point_id("w", {}, {"x": 1}, world_size=2) != point_id("w", {}, {"x": 1})
 
 
 def test_every_problem_is_reported_with_file_and_key(tmp_path):

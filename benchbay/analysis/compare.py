@@ -102,7 +102,7 @@ def point_key_columns(df: pd.DataFrame) -> list[str]:
         knobs = knob_columns(df)
     else:
         knobs = [c for c in df.columns if c not in _RECORD_FIELDS and not c.startswith(_NON_KNOB_PREFIXES)]
-    fixed = [c for c in ("suite", "workload") if c in df.columns]
+    fixed = [c for c in ("suite", "workload", "world_size") if c in df.columns]
     return fixed + sorted(param_columns(df)) + sorted(knobs)
 
 

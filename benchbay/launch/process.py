@@ -116,10 +116,8 @@ def _kill(proc: subprocess.Popen) -> None:
         descendants = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         descendants = []
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     for child in descendants:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()

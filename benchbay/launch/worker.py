@@ -178,6 +178,10 @@ def _failure(exc: BaseException, step_index: int, device: torch.device) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank under torchrun: die with torchrun, which dies with the runner
+        from benchbay.launch.process import die_with_parent
+
+        die_with_parent()
     spec_path, result_path = (argv or sys.argv[1:])[:2]
     spec = json.loads(Path(spec_path).read_text())
     started = time.time()

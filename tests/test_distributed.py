@@ -1,0 +1,276 @@
+"""Points of several processes through torchrun (CPU, gloo): every sharding strategy trains like
+one process, a rank that fails or hangs becomes the point's status (and leaves nothing running),
+the ranks' figures are merged; and the scaling report built on such records.
+
+Every rank draws the same batch, so with gradients averaged across ranks (DDP; FSDP2 with
+``set_force_sum_reduction_for_comms`` under gloo) the losses and gradient norms of N processes
+equal those of one process at the same micro-batch."""
+
+import tempfile
+
+import numpy as np
+import psutil
+import pytest
+import torch
+
+from benchbay import knobs as knob_table
+from benchbay import store
+from benchbay.analysis import scaling
+from benchbay.analysis.frame import records_to_frame
+from benchbay.knobs import training
+from benchbay.launch.process import Finished, merge
+from benchbay.runner import SuiteRunner
+from benchbay.suite import load
+from benchbay.workloads import registry
+from tests.conftest import TINY, write_suite
+
+STRATEGIES = ("ddp", "fsdp2_full", "fsdp2_grad_op")
+STEPS = {"warmup": 1, "measure": 3}
+CPU = torch.device("cpu")
+
+
+def one_process(workload: str, params: dict, knobs: dict, steps: int) -> tuple[list[float], list[float]]:
+    """Losses and gradient norms of the same point in this process, without sharding (what the
+    worker does for one process: seed, build, knobs, steps)."""
+    cls = registry.resolve(workload)
+    values = {**knob_table.defaults_for(cls), **knobs, "sharding": "none"}
+    torch.manual_seed(values["seed"])
+    work = cls(params, values, CPU)
+    step = training.prepare(work, values, CPU)
+    out = [step(work.batch(i)) for i in range(steps)]
+    return [float(loss) for loss, _, _ in out], [float(norm) for _, norm, _ in out]
+
+
+def run_suite(tmp_path, monkeypatch, name: str, body: str) -> list[dict]:
+    """Run a suite file; its scratch directories go under tmp_path (see _running_under)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    summary = SuiteRunner(load(write_suite(tmp_path / f"{name}.yaml", f"name: {name}\n{body}")),
+                          tmp_path / "results").run_all()
+    return store.read_records(summary.run)
+
+
+def _running_under(path) -> list[str]:
+    """Processes still running with ``path`` on their command line (leaked ranks)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if str(path) in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(cmdline)
+    return found
+
+
+def assert_trains_like_one_process(record: dict, reference: tuple[list[float], list[float]], rtol: float) -> None:
+    losses, norms = reference
+    assert record["status"] == "ok", record["reason"]
+    np.testing.assert_allclose(record["series"]["losses"], losses, rtol=rtol)
+    # the norm tells averaged gradients from summed ones (the losses cannot: clipping and Adam
+    # are scale-free)
+    np.testing.assert_allclose(record["series"]["grad_norms"], norms, rtol=rtol)
+
+
+def test_two_ranks_train_like_one_process_and_a_failing_rank_is_recorded(tmp_path, in_repo, monkeypatch):
+    records = run_suite(tmp_path, monkeypatch, "tiny-2proc", f"""
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+sweep:
+  points:
+    - {{label: ddp, sharding: ddp}}
+    - {{label: oom-rank1, sharding: fsdp2_full, fault: oom, fault_rank: 1}}
+    - {{label: segv-rank1, sharding: ddp, fault: segv, fault_rank: 1}}
+    - {{label: fsdp2_full, sharding: fsdp2_full}}
+    - {{label: fsdp2_grad_op, sharding: fsdp2_grad_op}}
+    - {{label: fsdp2_hybrid, sharding: fsdp2_hybrid, replicate: 2}}
+steps: {{warmup: {STEPS["warmup"]}, measure: {STEPS["measure"]}}}
+timeout: 180
+devices: {{type: cpu, nproc: 2}}
+""")
+    by_label = {r["label"]: r for r in records}
+    reference = one_process(TINY, {}, {"precision": "fp32"}, sum(STEPS.values()))
+    for strategy in STRATEGIES:
+        record = by_label[strategy]
+        assert_trains_like_one_process(record, reference, rtol=1e-5)
+        assert record["world_size"] == 2 and [r["rank"] for r in record["ranks"]] == [0, 1]
+        assert all(r["status"] == "ok" and r["step_time_s"] > 0 for r in record["ranks"])
+        m = record["metrics"]
+        assert m["step_time_s"] == max(r["step_time_s"] for r in record["ranks"])  # the slowest rank
+        assert m["step_time_rank_spread"] >= 0
+        assert m["samples_per_s"] == pytest.approx(2 * m["samples_per_s_per_gpu"])
+
+    oom = by_label["oom-rank1"]
+    assert oom["status"] == "oom" and oom["reason"].startswith("rank 1: out of memory at step 0")
+    assert {r["rank"]: r["status"] for r in oom["ranks"]}.get(1) == "oom"
+    # rank 0 may record the closed connection as an error: the crash of rank 1 is what happened
+    segv = by_label["segv-rank1"]
+    assert segv["status"] == "crash" and segv["reason"].startswith("rank 1 killed by SIGSEGV")
+    assert segv["metrics"]["signal"] == "SIGSEGV"
+
+    hybrid = by_label["fsdp2_hybrid"]
+    assert hybrid["status"] == "skipped" and "replicate >= 2 groups of >= 2 shards" in hybrid["reason"]
+    assert not _running_under(tmp_path)
+
+    table = scaling.scaling_table(records_to_frame(records))  # the stored records feed the scaling report
+    assert list(table["configuration"]) == list(STRATEGIES) and set(table["world_size"]) == {2}
+
+
+def test_a_hanging_rank_times_out_and_leaves_no_process(tmp_path, in_repo, monkeypatch):
+    records = run_suite(tmp_path, monkeypatch, "tiny-hang", f"""
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32, sharding: ddp}}
+sweep:
+  points:
+    - {{label: hang-rank1, fault: hang, fault_rank: 1}}
+steps: {{warmup: 1, measure: 1}}
+timeout: 20
+devices: {{type: cpu, nproc: 2}}
+""")
+    assert [(r["label"], r["status"]) for r in records] == [("hang-rank1", "timeout")]
+    assert "20 s" in records[0]["reason"]
+    # torchrun starts each rank in a session of its own: the runner must kill them too
+    assert not _running_under(tmp_path)
+
+
+def test_hybrid_sharding_on_four_ranks_trains_like_one_process(tmp_path, in_repo, monkeypatch):
+    records = run_suite(tmp_path, monkeypatch, "tiny-4proc", f"""
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32, sharding: fsdp2_hybrid, replicate: 2}}
+steps: {{warmup: {STEPS["warmup"]}, measure: {STEPS["measure"]}}}
+timeout: 300
+devices: {{type: cpu, nproc: 4}}
+""")
+    reference = one_process(TINY, {}, {"precision": "fp32"}, sum(STEPS.values()))
+    assert_trains_like_one_process(records[0], reference, rtol=1e-5)
+    assert records[0]["world_size"] == 4 and len(records[0]["ranks"]) == 4
+
+
+# ---- merging the ranks' results (no processes) -----------------------------------------------
+
+def _rank(rank: int, status: str = "ok", step: float | None = 1.0, **extra) -> dict:
+    return {"rank": rank, "status": status, "reason": None if status == "ok" else f"{status} here",
+            "metrics": {"step_time_s": step, "peak_mem_allocated_gib": 2.0 + rank}, "series": {}, "extra": extra}
+
+
+def test_merge_keeps_the_slowest_rank_the_spread_and_every_rank():
+    out = merge(Finished([_rank(0, step=1.0), _rank(1, step=1.2), _rank(2, step=1.1), _rank(3, step=0.9)],
+                         0, False, ""), timeout=60, world_size=4)
+    assert out["status"] == "ok" and out["rank"] == 1 and out["metrics"]["step_time_s"] == 1.2
+    assert out["metrics"]["step_time_rank_spread"] == pytest.approx((1.2 - 0.9) / 1.05)
+    assert [(r["rank"], r["step_time_s"], r["peak_mem_allocated_gib"]) for r in out["ranks"]] == \
+        [(0, 1.0, 2.0), (1, 1.2, 3.0), (2, 1.1, 4.0), (3, 0.9, 5.0)]
+
+
+TORCHRUN_SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+benchbay.launch.worker FAILED
+-------------------------------------------------------
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 20940)  (SIGTERM)
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -11 (pid: 20941)  (SIGSEGV)
+  traceback : Signal 11 (SIGSEGV) received by PID 20941
+======================================================="""
+
+
+def test_merge_blames_the_first_rank_to_fail_when_it_left_no_result():
+    out = merge(Finished([_rank(0, "error")], 1, False, TORCHRUN_SUMMARY), timeout=60, world_size=2)
+    assert out["status"] == "crash" and out["reason"] == "rank 1 killed by SIGSEGV (the first rank to fail)"
+    assert out["metrics"]["signal"] == "SIGSEGV" and out["ranks"][0]["reason"] == "error here"
+    oom = merge(Finished([_rank(0, "error"), _rank(1, "oom")], 1, False, TORCHRUN_SUMMARY), timeout=60,
+                world_size=2)
+    assert oom["status"] == "oom"  # rank 1 wrote its own result: it says what happened
+
+
+def test_merge_reports_the_worst_rank_and_missing_ranks():
+    failed = merge(Finished([_rank(0), _rank(1, "oom", None)], 1, False, ""), timeout=60, world_size=2)
+    assert failed["status"] == "oom" and failed["reason"] == "rank 1: oom here"
+    assert failed["ranks"][1] == {"rank": 1, "status": "oom", "reason": "oom here",
+                                  **dict.fromkeys(("step_time_s", "step_time_p90_s", "peak_mem_reserved_gib",
+                                                   "host_rss_gib")), "peak_mem_allocated_gib": 3.0}
+    partial = merge(Finished([_rank(0)], -9, False, "killed"), timeout=60, world_size=2)
+    assert partial["status"] == "crash" and partial["metrics"]["signal"] == "SIGKILL"
+
+
+# ---- the scaling report ----------------------------------------------------------------------
+
+def _record(label: str, knobs: dict, world: int, samples_per_s: float, nnodes: int = 1, status: str = "ok",
+            extra: dict | None = None) -> dict:
+    return {"suite": "s", "run_id": "r", "point_id": label, "label": label, "status": status,
+            "world_size": world, "nnodes": nnodes, "knobs": knobs, "params": {"preset": "p"},
+            "env": {"gpu": "NVIDIA H200"}, "extra": extra or {},
+            "metrics": {"samples_per_s": samples_per_s, "samples_per_s_per_gpu": samples_per_s / world,
+                        "step_time_s": 10 * world / samples_per_s, "step_time_rank_spread": 0.02,
+                        "peak_mem_reserved_gib": 90.0} if status == "ok" else {}}
+
+
+def test_scaling_table_reproduces_the_published_two_node_efficiency():
+    ddp = {"sharding": "ddp", "mbs": 26}
+    one_node, two_nodes, failed = (_record("optimized", ddp, 8, 242.1), _record("optimized", ddp, 16, 438.2, nnodes=2),
+                                   _record("optimized", ddp, 16, 0.0, nnodes=2, status="oom"))
+    two_nodes["suite"] = failed["suite"] = "wallx-scaling-2x8"  # the same configuration under another suite name
+    frame = records_to_frame([one_node, two_nodes, failed])  # failed repeats do not count
+    table = scaling.scaling_table(frame)
+    assert list(table["world_size"]) == [8, 16] and list(table["nnodes"]) == [1, 2]
+    two_nodes = table.iloc[1]
+    assert two_nodes["speedup"] == pytest.approx(1.81, abs=0.005)
+    assert two_nodes["efficiency"] == pytest.approx(0.905, abs=0.001)
+    assert two_nodes["ideal_speedup"] == 2 and table.iloc[0]["efficiency"] == 1.0
+
+
+def test_scaling_table_per_configuration_with_communication(tmp_path):
+    comm_phase = {"phases": {"forward": 0.1, "communication": 0.05}}
+    nccl_ops = {"profile_top_ops": [{"name": "ncclDevKernel_AllGather_RING_LL", "time_s": 0.02, "share": 0.1},
+                                    {"name": "sm90_gemm", "time_s": 0.1, "share": 0.5},
+                                    {"name": "ncclDevKernel_ReduceScatter_Sum_f32", "time_s": 0.01, "share": 0.05}]}
+    frame = records_to_frame([
+        _record("ddp", {"sharding": "ddp"}, 1, 100.0),
+        _record("ddp", {"sharding": "ddp"}, 2, 180.0, extra=comm_phase),
+        _record("ddp", {"sharding": "ddp"}, 4, 300.0),
+        _record("fsdp", {"sharding": "fsdp2_full"}, 2, 150.0, extra=nccl_ops),
+        _record("fsdp", {"sharding": "fsdp2_full"}, 8, 500.0),
+    ])
+    table = scaling.scaling_table(frame).set_index(["configuration", "world_size"])
+    assert table.loc[("ddp", 4), "efficiency"] == pytest.approx(0.75)
+    assert table.loc[("ddp", 2), "efficiency"] == pytest.approx(0.9)
+    assert table.loc[("fsdp", 8), "efficiency"] == pytest.approx(500 / (4 * 150))  # against its smallest run
+    assert table.loc[("ddp", 2), "comm_s"] == 0.05 and table.loc[("ddp", 2), "comm_source"] == "phase"
+    assert table.loc[("fsdp", 2), "comm_s"] == pytest.approx(0.03)
+    assert table.loc[("fsdp", 2), "comm_source"] == "collectives"
+    assert np.isnan(table.loc[("ddp", 4), "comm_s"])
+    png = scaling.plot_scaling(scaling.scaling_table(frame), tmp_path / "scaling.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert scaling.plot_scaling(scaling.scaling_table(frame.iloc[:1]), tmp_path / "none.png") is None
+
+
+# ---- the real workloads' tiny presets ----------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload, params, knobs", [
+    ("dreamzero", {"preset": "dreamzero-tiny"}, {"precision": "fp32", "attention": "sdpa"}),
+    ("wallx", {"preset": "wallx-tiny"}, {"precision": "fp32"}),
+], ids=["dreamzero-tiny", "wallx-tiny"])
+def test_tiny_presets_train_alike_on_two_ranks_under_each_strategy(tmp_path, in_repo, monkeypatch, workload,
+                                                                   params, knobs):
+    records = run_suite(tmp_path, monkeypatch, f"{workload}-2proc", f"""
+workload: {{name: {workload}, params: {params}}}
+knobs: {knobs}
+sweep: {{grid: {{sharding: {list(STRATEGIES)}}}}}
+steps: {{warmup: {STEPS["warmup"]}, measure: {STEPS["measure"]}}}
+timeout: 300
+devices: {{type: cpu, nproc: 2}}
+""")
+    reference = one_process(workload, params, knobs, sum(STEPS.values()))
+    assert [r["knobs"]["sharding"] for r in records] == list(STRATEGIES)
+    for record in records:
+        assert_trains_like_one_process(record, reference, rtol=1e-4)
+
+
+def test_scaling_configurations_of_the_same_label_are_told_apart():
+    frame = records_to_frame([_record("ddp", {"sharding": "ddp", "mbs": mbs}, world, rate)
+                              for mbs in (8, 16) for world, rate in ((1, 10.0 * mbs), (2, 19.0 * mbs))])
+    table = scaling.scaling_table(frame)
+    assert list(table["configuration"]) == ["ddp (mbs=8)"] * 2 + ["ddp (mbs=16)"] * 2
+    assert list(table["efficiency"]) == pytest.approx([1.0, 0.95, 1.0, 0.95])

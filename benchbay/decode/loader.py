@@ -86,14 +86,13 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def make_loader(dataset: DecodeDataset, *, batch_size: int, num_workers: int, prefetch_factor: int,
-                pin_memory: bool, parent_uses_cuda: bool = False) -> DataLoader:
-    # workers are spawned, not forked, once CUDA is (or will be) in use: in the workers themselves
-    # (NVDEC) or in the parent (a forked decoder worker of a CUDA parent crashed on the H200)
-    spawn = num_workers > 0 and (dataset.settings.device == "cuda" or parent_uses_cuda or torch.cuda.is_initialized())
+                pin_memory: bool) -> DataLoader:
+    # workers are spawned, never forked: a fork copies the parent's threads' locks (the CPU sampler,
+    # decoder and OpenMP pools), and a forked worker deadlocked on CPU and crashed under a CUDA parent
     return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate,
                       prefetch_factor=prefetch_factor if num_workers else None,
                       pin_memory=pin_memory and torch.cuda.is_available(),
-                      multiprocessing_context="spawn" if spawn else None)
+                      multiprocessing_context="spawn" if num_workers else None)
 
 
 class Foreground:

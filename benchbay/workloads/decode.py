@@ -95,8 +95,7 @@ class Decode(StepWorkload):
         self.foreground = Foreground(self.device) if k["interference"] == "on" else None
         data = DecodeDataset(self.pattern, self.backend_name, self.settings, keep_open=k["keep_open"])
         self.loader = make_loader(data, batch_size=self.mbs, num_workers=k["num_workers"],
-                                  prefetch_factor=k["prefetch_factor"], pin_memory=k["pin_memory"],
-                                  parent_uses_cuda=self.device.type == "cuda")
+                                  prefetch_factor=k["prefetch_factor"], pin_memory=k["pin_memory"])
         self.foreground_alone = self._foreground_alone()
         self.foreground_loaded: list[float] = []
         self.data_wait: list[float] = []

@@ -12,6 +12,17 @@ import psutil
 from benchbay.collect import nvml
 
 
+def tree_cpu_seconds(proc: psutil.Process) -> float:
+    """User + system CPU seconds of ``proc`` and its live children (e.g. DataLoader workers)."""
+    total = sum(proc.cpu_times()[:2])
+    for child in proc.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
 class SystemSampler:
     def __init__(self, gpu_index: int | None, interval_s: float = 0.2):
         self.gpu_index = gpu_index
@@ -28,21 +39,12 @@ class SystemSampler:
         self._stop.set()
         self._thread.join()
 
-    def _cpu_seconds(self, proc: psutil.Process) -> float:
-        total = sum(proc.cpu_times()[:2])
-        for child in proc.children(recursive=True):
-            try:
-                total += sum(child.cpu_times()[:2])
-            except psutil.Error:
-                pass
-        return total
-
     def _run(self) -> None:
         proc = psutil.Process()
         start = last_t = time.perf_counter()
-        last_cpu = self._cpu_seconds(proc)
+        last_cpu = tree_cpu_seconds(proc)
         while not self._stop.wait(self.interval_s):
-            now, cpu = time.perf_counter(), self._cpu_seconds(proc)
+            now, cpu = time.perf_counter(), tree_cpu_seconds(proc)
             # percent of one core, as top shows it: 200% = two cores busy
             self.series["cpu_util"].append(100.0 * (cpu - last_cpu) / max(now - last_t, 1e-9))
             self.series["cpu_util_t"].append(now - start)

@@ -22,7 +22,7 @@ import numpy as np
 import psutil
 import torch
 
-from benchbay.collect.system import SystemSampler
+from benchbay.collect.system import SystemSampler, tree_cpu_seconds
 
 FRAME_TOLERANCE = 1.0
 THUMB_CELLS = 4
@@ -67,17 +67,6 @@ def latency_summary(samples: Sequence[Sequence[ViewTiming]]) -> dict[str, float 
             "decode_frames_per_s": frames / busy if busy else None}
 
 
-def _tree_cpu_seconds(proc: psutil.Process) -> float:
-    """User + system CPU seconds of ``proc`` and its live children."""
-    total = sum(proc.cpu_times()[:2])
-    for child in proc.children(recursive=True):
-        try:
-            total += sum(child.cpu_times()[:2])
-        except psutil.Error:
-            pass
-    return total
-
-
 class CpuWindow:
     """CPU seconds and sampled utilisation (percent of one core) of this process and its children
     (DataLoader workers) between ``start`` and ``stop``; CV of the samples = CPU stability."""
@@ -89,12 +78,12 @@ class CpuWindow:
         self._end: tuple[float, float] | None = None
 
     def start(self) -> CpuWindow:
-        self._begin = (time.perf_counter(), _tree_cpu_seconds(self._proc))
+        self._begin = (time.perf_counter(), tree_cpu_seconds(self._proc))
         self._sampler.__enter__()
         return self
 
     def stop(self) -> None:
-        self._end = (time.perf_counter(), _tree_cpu_seconds(self._proc))
+        self._end = (time.perf_counter(), tree_cpu_seconds(self._proc))
         self._sampler.__exit__(None, None, None)
 
     def __enter__(self) -> CpuWindow:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from benchbay.analysis import plots
-from benchbay.analysis.breakdown import BEST_PREFIX, leave_one_out, waterfall
+from benchbay.analysis.breakdown import leave_one_out, waterfall
 from benchbay.analysis.frame import is_missing
 from benchbay.analysis.mfu import peak_sources
 from benchbay.analysis.scaling import plot_scaling, scaling_table
@@ -43,13 +43,17 @@ TOP_OPS = 10
 MAX_CELL = 160  # characters; longer texts (failure reasons) are cut
 #: the decoder table: (column, heading, scale)
 DECODER_COLUMNS = (
-    ("extra.view_latency_s_median", "per-view median (ms)", 1e3),
-    ("extra.view_latency_s_p90", "per-view p90 (ms)", 1e3),
-    ("extra.sample_latency_s_median", "per-sample median (ms)", 1e3),
-    ("extra.open_s_median", "open median (ms)", 1e3),
+    ("extra.view_latency_ms_median", "per-view median (ms)", 1.0),
+    ("extra.view_latency_ms_p90", "per-view p90 (ms)", 1.0),
+    ("extra.view_latency_ms_p99", "per-view p99 (ms)", 1.0),
+    ("extra.sample_latency_ms_median", "per-sample median (ms)", 1.0),
+    ("extra.open_ms_median", "open median (ms)", 1.0),
     ("extra.frames_per_s", "frames/s", 1.0),
     ("extra.cpu_util_mean", "CPU util (% of a core)", 1.0),
+    ("extra.cpu_util_cv", "CPU CV (stability)", 1.0),
     ("extra.cpu_s_per_sample", "CPU s/sample", 1.0),
+    ("extra.loader_samples_per_s", "loader samples/s", 1.0),
+    ("extra.foreground_inflation", "foreground slow-down", 1.0),
 )
 
 
@@ -151,12 +155,9 @@ def _search_knob(meta: Mapping) -> str:
     return ((meta.get("sweep") or {}).get("search") or {}).get("knob", "mbs")
 
 
-def _breakdown_labels(points: pd.DataFrame, meta: Mapping) -> list[str]:
-    """The suite's ``breakdown``, else every label in record order except ``best-*``."""
-    if meta.get("breakdown"):
-        return list(meta["breakdown"])
-    labels = points["label"].dropna().astype(str).unique() if "label" in points else []
-    return [label for label in labels if not label.startswith(BEST_PREFIX)]
+def _breakdown_labels(meta: Mapping) -> list[str]:
+    """The suite's ``breakdown``: an order of optimisations is the suite author's to declare."""
+    return list(meta.get("breakdown") or [])
 
 
 def _overview(df: pd.DataFrame, title: str) -> list[Block]:
@@ -209,7 +210,7 @@ def _step_time_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Bl
 
 
 def _breakdown_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: Path) -> list[Block]:
-    labels = _breakdown_labels(points, meta)
+    labels = _breakdown_labels(meta)
     if len(labels) < 2:
         return []
     table = waterfall(points, labels)

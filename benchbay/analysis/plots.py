@@ -19,7 +19,7 @@ from benchbay.analysis.tables import OK, configurations
 DPI = 110
 FAILED_STYLE = {"oom": ("x", "tab:red"), "other": ("^", "black")}
 #: per-view decode latency in seconds (``benchbay.decode.measure.latency_summary`` via ``extra``)
-LATENCY_MEDIAN, LATENCY_P90 = "extra.view_latency_s_median", "extra.view_latency_s_p90"
+LATENCY_MEDIAN, LATENCY_P90 = "extra.view_latency_ms_median", "extra.view_latency_ms_p90"  # benchbay.decode
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -113,37 +113,59 @@ def decoder_points(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def decoder_latency(summary: pd.DataFrame, path: Path) -> Path | None:
-    """Per-view decode latency per decoder: median bar, whisker up to p90."""
+    """Per-view decode latency per decoder point: horizontal bars (median, whisker to p90), one
+    colour per backend, each labelled with the CPU seconds a sample cost (latency alone misleads:
+    a multi-threaded decoder buys latency with cores)."""
     points = decoder_points(summary)
     if points.empty:
         return None
-    fig = Figure(figsize=(max(5, 1.2 * len(points) + 2), 4))
+    fig = Figure(figsize=(9, 1.5 + 0.3 * len(points)))
     ax = fig.subplots()
-    median = points[LATENCY_MEDIAN].astype(float).to_numpy() * 1e3
-    p90 = points[LATENCY_P90].astype(float).to_numpy() * 1e3 if LATENCY_P90 in points else median
+    median = points[LATENCY_MEDIAN].astype(float).to_numpy()
+    p90 = points[LATENCY_P90].astype(float).to_numpy() if LATENCY_P90 in points else median
     upper = np.where(np.isfinite(p90), p90 - median, 0)
-    x = np.arange(len(points))
-    ax.bar(x, median, yerr=[np.zeros_like(upper), upper], capsize=4, color=_colors(len(points)))
-    ax.set_xticks(x, list(points["name"]), rotation=20, ha="right")
-    ax.set_ylabel("per-view latency (ms): median, whisker to p90")
-    ax.grid(axis="y", alpha=0.3)
+    backends = points["backend"].astype(str) if "backend" in points else points["name"]
+    palette = dict(zip(backends.unique(), _colors(backends.nunique()), strict=True))
+    y = np.arange(len(points))[::-1]
+    ax.barh(y, median, xerr=[np.zeros_like(upper), upper], capsize=3, color=[palette[b] for b in backends])
+    ax.set_yticks(y, list(points["name"]), fontsize=8)
+    cpu = points["extra.cpu_s_per_sample"] if "extra.cpu_s_per_sample" in points else pd.Series(np.nan, points.index)
+    for yi, end, c in zip(y, median + upper, cpu.astype(float), strict=True):
+        if np.isfinite(c):
+            ax.annotate(f"  {c * 1e3:.0f} ms CPU/sample", (end, yi), va="center", fontsize=7)
+    ax.set_ylim(-0.7, len(points) - 0.3)
+    ax.set_xlabel("per-view latency (ms): median, whisker to p90")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
     return _save(fig, path)
 
 
 def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
-    """Process CPU utilisation over time for the decoder points (first ok repeat each)."""
+    """Process CPU utilisation over time for the decoder points (first ok repeat each): one panel
+    per suite point label (a grid's values, e.g. backend and preset, are the lines of a panel)."""
     points = decoder_points(summary)
     points = points[points["cpu_util"].map(_has_list) & points["cpu_util_t"].map(_has_list)]
     if points.empty:
         return None
-    fig = Figure(figsize=(9, 4))
-    ax = fig.subplots()
-    for _, point in points.iterrows():
-        ax.plot(point["cpu_util_t"], point["cpu_util"], label=point["name"])
-    ax.set_xlabel("time since start (s)")
-    ax.set_ylabel("CPU utilisation (% of one core)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    names = points["name"].astype(str)
+    panels = names.str.split(" ", n=1).str[0]
+    groups = list(dict.fromkeys(panels))
+    cols = min(3, len(groups))
+    rows = -(-len(groups) // cols)
+    fig = Figure(figsize=(4.5 * cols, 3 * rows))
+    axes = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
+    for ax, group in zip(axes, groups, strict=False):
+        for (_, point), name in zip(points[panels == group].iterrows(), names[panels == group], strict=True):
+            ax.plot(point["cpu_util_t"], point["cpu_util"], label=name.partition(" ")[2] or name)
+        ax.set_title(group, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in axes[len(groups):]:
+        ax.set_visible(False)
+    for ax in axes[::cols]:
+        ax.set_ylabel("CPU (% of one core)")
+    fig.supxlabel("time since the sampler started (s)")
+    fig.tight_layout()
     return _save(fig, path)
 
 

@@ -6,6 +6,7 @@ writes one PNG to ``path`` and returns it, or returns None when there is nothing
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -71,19 +72,27 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
 
 def step_time_distributions(summary: pd.DataFrame, path: Path) -> Path | None:
     """Box plot of the steady-state step times of every ok point (repeats pooled), as deviation
-    from the point's median so that points of very different speed share one axis."""
+    from the point's median so that points of very different speed share one axis; one row per
+    point, and a symmetric-log axis so that a stall (a starved loader) does not flatten the rest."""
     points = summary[summary["steady_samples"].map(bool)]
     if points.empty:
         return None
-    fig = Figure(figsize=(max(6, 0.55 * len(points) + 2), 4.5))
+    fig = Figure(figsize=(9, 1.5 + 0.3 * len(points)))
     ax = fig.subplots()
     pooled = [np.concatenate(s) for s in points["steady_samples"]]
-    ax.boxplot([100 * (p / np.median(p) - 1) for p in pooled])
+    deviations = [100 * (p / np.median(p) - 1) for p in pooled]
+    y = np.arange(len(points), 0, -1)
+    # matplotlib 3.10 renamed vert=False to orientation="horizontal" (the GPU machine may be older)
+    horizontal = ({"orientation": "horizontal"} if "orientation" in inspect.signature(ax.boxplot).parameters
+                  else {"vert": False})
+    ax.boxplot(deviations, positions=y, widths=0.6, **horizontal)
     names = [f"{name} ({np.median(p) * 1e3:.4g} ms)" for name, p in zip(points["name"], pooled, strict=True)]
-    ax.set_xticks(np.arange(1, len(points) + 1), names, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("step time, % from the point's median")
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlabel("step time, % from the point's median")
     ax.set_title("steady-state step times (repeats pooled)")
-    ax.grid(axis="y", alpha=0.3)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
     return _save(fig, path)
 
 

@@ -112,13 +112,6 @@ def parse_threshold(text: str) -> Threshold:
     return Threshold(metric=metric, statistic=statistic, limit=limit, selector=selector, text=spec)
 
 
-def parse_thresholds(texts: str | list[str] | tuple[str, ...]) -> list[Threshold]:
-    """Parse a list of thresholds (or one string); the first malformed one raises ValueError."""
-    if isinstance(texts, str):
-        texts = [texts]
-    return [parse_threshold(t) for t in texts]
-
-
 def format_threshold(threshold: Threshold) -> str:
     """The canonical text of a threshold (round-trips through :func:`parse_threshold`)."""
     body = f"{threshold.metric}:{threshold.statistic}:{threshold.limit * 100:g}%"

@@ -148,10 +148,6 @@ class SequenceLayout:
         return self.blocks * self.states_per_block
 
     @property
-    def noisy_start(self) -> int:
-        return self.video_tokens
-
-    @property
     def action_start(self) -> int:
         return 2 * self.video_tokens
 

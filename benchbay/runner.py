@@ -193,15 +193,22 @@ class SuiteRunner:
             else:
                 record = self.measure(point, repeat, extra={"search_group": group, "search_knob": search.knob})
             records.append(record)
+            if record["status"] == "skipped":  # not runnable here at any value: stop probing
+                raise _NotRunnable
             return feasible(record, search.headroom_gib, search.zero_retries)
 
-        largest, _ = largest_feasible(probe, search.min, search.max)
+        try:
+            largest_feasible(probe, search.min, search.max)
+        except _NotRunnable:
+            return records
         from benchbay.profiling import snapshot_search_edges  # lazy: profiling imports the runner
 
         snapshot_search_edges(self, config, records)
-        if records:
-            records[-1]["extra"]["search_largest"] = largest
         return records
+
+
+class _NotRunnable(Exception):
+    """A search probe was skipped: the configuration cannot run on this machine."""
 
 
 def feasible(record: dict[str, Any], headroom_gib: float | None, zero_retries: bool) -> bool:

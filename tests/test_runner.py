@@ -2,6 +2,7 @@
 Ctrl-C and SIGKILL lose nothing, --resume completes the rest."""
 
 import json
+import math
 import signal
 import subprocess
 import time
@@ -139,3 +140,24 @@ def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env
     assert sorted(r["knobs"]["seed"] for r in final) == [0, 1, 2, 3, 4]
     assert [json.dumps(r, sort_keys=True) for r in final[:len(kept)]] == \
         [json.dumps(r, sort_keys=True) for r in kept]
+
+
+def test_batch_search_finds_the_memory_boundary_in_few_probes(tmp_path, in_repo):
+    path = write_suite(tmp_path / "search.yaml", f"""
+name: search
+workload: {{name: "{TINY}", params: {{max_mbs: 23}}}}
+knobs: {{precision: fp32}}
+sweep:
+  points: [{{label: fits}}, {{label: unsupported, cuda_graph: attention}}]
+  search: {{knob: mbs, min: 1, max: 64}}
+steps: {{warmup: 1, measure: 1}}
+timeout: 120
+""")
+    summary = SuiteRunner(load(path), tmp_path / "results").run_all()
+    records = store.read_records(summary.run)
+    fits = [r for r in records if r["label"] == "fits"]
+    assert max(r["knobs"]["mbs"] for r in fits if r["status"] == "ok") == 23
+    assert {r["status"] for r in fits if r["knobs"]["mbs"] > 23} == {"oom"}
+    assert len(fits) <= math.ceil(math.log2(64 / 1)) + 2
+    assert [r["status"] for r in records if r["label"] == "unsupported"] == ["skipped"]  # no further probes
+    assert all(r["extra"]["search_knob"] == "mbs" for r in records)

@@ -148,9 +148,18 @@ def configurations(summary: pd.DataFrame, knob: str = "mbs") -> list[tuple[str, 
     cols = config_columns(summary, knob)
     groups = summary.groupby(cols, sort=False, dropna=False) if cols else [((), summary)]
     searched = [points.sort_values(knob) for _, points in groups if points[knob].nunique() > 1]
-    # name each by what differs among the searched configurations only
+    labels = [_base_label(points) for points in searched]
+    if all(labels) and len(set(labels)) == len(labels):  # the suite named them: "baseline", "optimized"
+        return list(zip(labels, searched, strict=True))
+    # else name each by what differs among the searched configurations only
     names = varying_columns(pd.DataFrame([points.iloc[0] for points in searched]), cols) if searched else []
     return [(describe(points.iloc[0], names), points) for points in searched]
+
+
+def _base_label(points: pd.DataFrame) -> str | None:
+    """The suite label all of a configuration's points share (before a grid's or search's values)."""
+    bases = {label.split(" ")[0] if isinstance(label, str) else None for label in points["label"]}
+    return bases.pop() if len(bases) == 1 else None
 
 
 def effective_throughput(summary: pd.DataFrame, knob: str = "mbs") -> pd.DataFrame:

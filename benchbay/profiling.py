@@ -19,18 +19,19 @@ from benchbay.suite import Point, Suite
 
 
 class ProfilingRunner(SuiteRunner):
-    """Runs the points whose label is one of ``labels`` (every point when none is given) once each,
-    every one under the profiler."""
+    """Runs the points whose label is one of ``labels`` (else the suite's ``profile`` list, else
+    every point) once each, every one under the profiler."""
 
     def __init__(self, suite: Suite, labels: list[str] | None, results_root: str | Path = "results",
                  console: Console | None = None):
+        labels = list(labels or suite.profile)
         suite = replace(suite, name=f"{suite.name}-profile", search=None, repeats=1)
         points = suite.expand()
         known = {p.label for p in points if p.label}
-        unknown = [label for label in labels or [] if not any(_matches(p, label) for p in points)]
+        unknown = [label for label in labels if not any(_matches(p, label) for p in points)]
         if unknown:
             raise ValueError(f"no point labelled {', '.join(map(repr, unknown))}; labels: {sorted(known)}")
-        self.labels = list(labels or [])
+        self.labels = labels
         super().__init__(suite, results_root, console)
 
     def tasks(self) -> list[tuple[Point, int]]:

@@ -4,6 +4,7 @@ store as soon as it is known; the sweep always goes on; Ctrl-C keeps what was me
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -19,7 +20,7 @@ from benchbay.analysis.mfu import peak_flops_for
 from benchbay.collect.env import fingerprint
 from benchbay.launch.process import Launch, run_point
 from benchbay.store import point_id
-from benchbay.suite import Point, Suite
+from benchbay.suite import Point, Suite, excluded_by
 
 
 @dataclass
@@ -86,7 +87,7 @@ class SuiteRunner:
         steps = self.suite.steps
         return {"workload": point.workload, "params": point.params, "knobs": point.knobs,
                 "steps": {"warmup": steps.warmup, "measure": steps.measure, "steady": steps.steady},
-                "device": self.device, "profile": point.label in self.suite.profile if point.label else False,
+                "device": self.device, "profile": False,  # profiled runs are `benchbay profile`'s, kept apart
                 "profile_dir": str(self.run / "profiles" / f"{point.point_id}-{repeat}")}
 
     def measure(self, point: Point, repeat: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -113,7 +114,8 @@ class SuiteRunner:
         }
         if outcome.get("traceback"):
             record["extra"]["traceback"] = outcome["traceback"]
-        store.append_record(self.run, record)
+        if self.launch.node_rank == 0:  # every node of a multi-node point runs this; one records it
+            store.append_record(self.run, record)
         self.done.add((point.point_id, repeat))
         return record
 
@@ -168,6 +170,8 @@ class SuiteRunner:
                 interrupted = True
                 self.console.print(f"[yellow]interrupted: records so far are kept in {self.run}; "
                                    f"continue with --resume {self.run.name}[/yellow]")
+        if self.executor == "local":  # spec, result and log per point: the record holds what matters
+            shutil.rmtree(self._scratch, ignore_errors=True)
         manifest.update(state="interrupted" if interrupted else "complete",
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         store.write_manifest(self.run, manifest)
@@ -184,7 +188,7 @@ class SuiteRunner:
 
         def probe(value: int) -> bool:
             knobs = {**config.knobs, search.knob: value}
-            point = replace(config, knobs=knobs,
+            point = replace(config, knobs=knobs, excluded=excluded_by(self.suite.exclude, knobs),
                             point_id=point_id(config.workload, config.params, knobs, self.suite.world_size))
             if (point.point_id, repeat) in self.done:  # resumed: reuse the stored probe
                 stored = [r for r in store.read_records(self.run)
@@ -193,6 +197,8 @@ class SuiteRunner:
             else:
                 record = self.measure(point, repeat, extra={"search_group": group, "search_knob": search.knob})
             records.append(record)
+            if point.excluded:  # an excluded value counts as one that does not fit
+                return False
             if record["status"] == "skipped":  # not runnable here at any value: stop probing
                 raise _NotRunnable
             return feasible(record, search.headroom_gib, search.zero_retries)

@@ -39,8 +39,12 @@ def run_dir(root: str | Path, suite: str, run_id: str) -> Path:
 def append_record(run: Path, record: dict[str, Any]) -> None:
     """One line, flushed and fsynced: a crash or Ctrl-C loses nothing already appended."""
     run.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, default=str, allow_nan=True) + "\n"
-    with open(run / RECORDS, "a") as f:
+    line = (json.dumps(record, default=str, allow_nan=True) + "\n").encode()
+    with open(run / RECORDS, "ab+") as f:
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":  # a torn line from a hard kill: keep the new record off it
+                line = b"\n" + line
         f.write(line)
         f.flush()
         os.fsync(f.fileno())

@@ -150,7 +150,7 @@ class Suite:
                         full_label = label + " " + " ".join(f"{k}={v}" for k, v in varied.items())
                     out.append(Point(len(out), full_label, workload, params, knobs,
                                      point_id(workload, params, knobs, self.world_size),
-                                     _excluded_by(self.exclude, knobs)))
+                                     excluded_by(self.exclude, knobs)))
         return out
 
 
@@ -158,7 +158,7 @@ def _workload_node(node: str | dict[str, Any]) -> dict[str, Any]:
     return {"name": node} if isinstance(node, str) else node
 
 
-def _excluded_by(rules: list[dict[str, Any]], knobs: dict[str, Any]) -> str | None:
+def excluded_by(rules: list[dict[str, Any]], knobs: dict[str, Any]) -> str | None:
     for i, rule in enumerate(rules):
         if all(knobs.get(k) == v for k, v in rule.items()):
             return f"excluded by sweep.exclude[{i}] {rule}"
@@ -270,10 +270,14 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
             if label not in labels:
                 v.error(f"equivalent[{i}][{j}]", f"a label of sweep.points, got {label!r}")
     v.raise_if_any()
-    return Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
-                 params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,
-                 steps=steps, repeats=repeats, timeout=float(timeout), devices=devices, breakdown=breakdown,
-                 gate=gate, profile=profile, raw=raw)
+    suite = Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
+                  params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,
+                  steps=steps, repeats=repeats, timeout=float(timeout), devices=devices, breakdown=breakdown,
+                  gate=gate, profile=profile, raw=raw)
+    if search is None:  # a search collapses points that differ only in the searched knob, on purpose
+        v.distinct_points(suite)
+    v.raise_if_any()
+    return suite
 
 
 class _Validator:
@@ -363,6 +367,18 @@ class _Validator:
         if expected:
             self.error(where, f"{expected}, got {value!r}")
 
+    def distinct_points(self, suite: Suite) -> None:
+        """Two points with the same knobs would be one measurement: the second would never run."""
+        for device in sorted(DEVICE_KEYS):
+            seen: dict[str, Point] = {}
+            for point in suite.expand(device):
+                first = seen.setdefault(point.point_id, point)
+                if first is not point:
+                    self.error("sweep", f"points that differ: {first.label or first.index!r} and "
+                               f"{point.label or point.index!r} have the same workload, params and knobs"
+                               + (f" on {device}" if device != "cpu" else ""))
+                    return
+
     def steps(self, node) -> Steps:
         if not isinstance(node, dict):
             self.error("steps", "a mapping with warmup, measure, steady")
@@ -382,7 +398,11 @@ class _Validator:
         elif steady not in ("all", "auto"):
             self.error("steps.steady", f"'all', 'auto' or [first, end) step indices, got {steady!r}")
             steady = "all"
-        return Steps(warmup if isinstance(warmup, int) else 3, measure if isinstance(measure, int) else 10, steady)
+        out = Steps(warmup if isinstance(warmup, int) else 3, measure if isinstance(measure, int) else 10, steady)
+        if isinstance(steady, tuple) and not 0 <= steady[0] < steady[1] <= out.warmup + out.measure:
+            self.error("steps.steady", f"0 <= first < end <= warmup + measure ({out.warmup + out.measure}), "
+                       f"got {list(steady)}")
+        return out
 
     def devices(self, node) -> Devices:
         if not isinstance(node, dict):

@@ -58,3 +58,13 @@ def test_export_csv_and_parquet(tmp_path):
     assert pd.read_parquet(store.export(df, tmp_path / "t.parquet"))["mbs"].iloc[0] == 1
     with pytest.raises(ValueError, match="parquet or .csv"):
         store.export(df, tmp_path / "t.xlsx")
+
+
+def test_a_record_appended_after_a_torn_line_is_kept(tmp_path):
+    run = store.run_dir(tmp_path, "s", "r1")
+    store.append_record(run, record(1))
+    with open(run / "records.jsonl", "a") as f:
+        f.write(json.dumps(record(2))[:40])  # a hard kill mid-write, then a resumed run appends
+    store.append_record(run, record(3))
+    with pytest.warns(UserWarning, match="incomplete record"):
+        assert [r["point_id"] for r in store.read_records(run)] == ["p1", "p3"]

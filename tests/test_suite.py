@@ -124,3 +124,21 @@ sweep:
 """))
     keys = {p.key for p in info.value.problems}
     assert {"sweep.points[0].workload.params.width", "sweep.points[0].warp", "sweep.points[1].workload.name"} <= keys
+
+
+def test_points_measuring_the_same_configuration_are_rejected(tmp_path):
+    with pytest.raises(SuiteError, match="'baseline' and 'eager' have the same workload, params and knobs"):
+        load(write_suite(tmp_path / "dup.yaml", f"""
+name: dup
+workload: "{TINY}"
+sweep: {{points: [{{label: baseline}}, {{label: eager, recompute: "off"}}]}}
+"""))
+
+
+def test_steady_window_must_lie_within_the_steps(tmp_path):
+    with pytest.raises(SuiteError, match=r"steps.steady: 0 <= first < end <= warmup \+ measure \(13\), got \[20, 30\]"):
+        load(write_suite(tmp_path / "st.yaml", f"""
+name: st
+workload: "{TINY}"
+steps: {{warmup: 3, measure: 10, steady: [20, 30]}}
+"""))

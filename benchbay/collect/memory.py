@@ -13,6 +13,7 @@ GIB = 1024**3
 def reset(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        torch.cuda.reset_accumulated_memory_stats(device)  # retries and OOMs of the window only
 
 
 def peak(device: torch.device) -> dict[str, float | int | None]:

@@ -19,12 +19,22 @@ def _nvml():
         return None
 
 
-def _handle(index: int):
+@functools.cache
+def _handle(cuda_index: int):
+    """NVML's handle of a CUDA device. NVML numbers GPUs in PCI order and ignores
+    CUDA_VISIBLE_DEVICES, so the device is found by its UUID; the index is the fall-back."""
     lib = _nvml()
     if lib is None:
         return None, None
     try:
-        return lib, lib.nvmlDeviceGetHandleByIndex(index)
+        import torch
+
+        uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
+        return lib, lib.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else "GPU-" + uuid)
+    except Exception:
+        pass
+    try:
+        return lib, lib.nvmlDeviceGetHandleByIndex(cuda_index)
     except Exception:
         return None, None
 

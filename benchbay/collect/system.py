@@ -31,13 +31,21 @@ class SystemSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> SystemSampler:
+    def start(self) -> None:
         self._thread.start()
+
+    def stop(self) -> None:
+        """Idempotent; a sampler never started stops without error."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> SystemSampler:
+        self.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        self.stop()
 
     def _run(self) -> None:
         proc = psutil.Process()

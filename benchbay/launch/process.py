@@ -35,12 +35,15 @@ class Launch:
         return self.nproc * self.nnodes
 
 
+ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
 def point_env(knobs: dict[str, Any]) -> dict[str, str]:
     """Variables that must be set before the worker initialises CUDA."""
     env = {"NCCL_NVLS_ENABLE": "0",  # NVLink multicast can take a shared host's GPUs down
            "PYTHONUNBUFFERED": "1"}
     if knobs.get("alloc") == "expandable_segments":
-        env["PYTORCH_CUDA_ALLOC_CONF"] = env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
+        env.update(dict.fromkeys(ALLOC_VARS, "expandable_segments:True"))
         if knobs.get("cuda_graph", "off") != "off":
             env["NCCL_GRAPH_REGISTER"] = "0"  # expandable segments + NCCL + graphs can hang (PT #158029)
     if knobs.get("deterministic"):
@@ -71,7 +74,10 @@ class Finished:
 def run_point(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launch = Launch()) -> dict[str, Any]:
     """Run the worker and return its (merged) result; never raises for a failed point.
     KeyboardInterrupt kills the point's process group and propagates."""
-    return merge(run_ranks(spec, workdir, timeout, launch), timeout, launch.world_size)
+    outcome = merge(run_ranks(spec, workdir, timeout, launch), timeout, launch.nproc)
+    # each node sees only its own ranks' results (the Slurm executor gathers every node's)
+    outcome["world_size"] = launch.world_size
+    return outcome
 
 
 def run_ranks(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launch) -> Finished:
@@ -81,7 +87,10 @@ def run_ranks(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launc
     spec_path.write_text(json.dumps(spec, default=str))
     for old in workdir.glob("result*.json"):
         old.unlink()
-    env = {**os.environ, **point_env(spec["knobs"])}
+    env = {k: v for k, v in os.environ.items() if k not in ALLOC_VARS}  # alloc=default means default
+    env.update(point_env(spec["knobs"]))
+    # a cold compile cache per point: first-step (compile) times must not depend on earlier points
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "inductor")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     timed_out = False
     with open(log_path, "wb") as log:

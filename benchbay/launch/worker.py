@@ -80,7 +80,8 @@ def _profiler(spec: dict[str, Any], measured_steps: int):
         return _NoProfiler()
     from benchbay.collect.profile import StepProfiler
 
-    return StepProfiler(Path(spec["profile_dir"]), warmup=measured_steps, active=PROFILED_STEPS)
+    # the profiler's own warm-up step (tracing already on) is the first extra step, never a timed one
+    return StepProfiler(Path(spec["profile_dir"]), warmup=measured_steps + 1, active=PROFILED_STEPS)
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -128,23 +129,29 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                     losses.append(torch.as_tensor(value, dtype=torch.float32))
 
         profiler = _profiler(spec, total)
-        extra_steps = PROFILED_STEPS if spec.get("profile") else 0
+        extra_steps = PROFILED_STEPS + 1 if spec.get("profile") else 0
         snapshot = MemorySnapshot.from_spec(spec, device)
-        with SystemSampler(device.index if device.type == "cuda" else None) as sampler, profiler, snapshot:
+        sampler = SystemSampler(device.index if device.type == "cuda" else None)
+        with profiler, snapshot:
             for step_index in range(total + extra_steps):
-                if step_index == steps["warmup"]:
+                if step_index == steps["warmup"]:  # figures of the measured steps only
                     memory.reset(device)
+                    sampler.start()
                 if step_index < total:
                     timer.start()
                 one_step(step_index)
                 if step_index < total:
                     timer.stop()
+                if step_index == total - 1:
+                    sampler.stop()
                 profiler.step()
         times = timer.times()
         del losses[total:], grad_norms[total:]  # profiled steps after the measured ones
     except Exception as exc:  # classified below; the sweep goes on in the parent
         return {**result, **_failure(exc, step_index, device)}
     finally:
+        if "sampler" in locals():
+            sampler.stop()
         if needs_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 

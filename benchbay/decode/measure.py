@@ -79,12 +79,12 @@ class CpuWindow:
 
     def start(self) -> CpuWindow:
         self._begin = (time.perf_counter(), tree_cpu_seconds(self._proc))
-        self._sampler.__enter__()
+        self._sampler.start()
         return self
 
     def stop(self) -> None:
         self._end = (time.perf_counter(), tree_cpu_seconds(self._proc))
-        self._sampler.__exit__(None, None, None)
+        self._sampler.stop()
 
     def __enter__(self) -> CpuWindow:
         return self.start()

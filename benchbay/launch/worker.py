@@ -110,6 +110,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     losses: list[torch.Tensor] = []
     grad_norms: list[torch.Tensor] = []
     step_index = -1
+    sampler = SystemSampler(device.index if device.type == "cuda" else None)  # started at the measured steps
     try:
         if isinstance(workload, TrainingWorkload):
             train_step = training.prepare(workload, knobs, device)
@@ -131,7 +132,6 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         profiler = _profiler(spec, total)
         extra_steps = PROFILED_STEPS + 1 if spec.get("profile") else 0
         snapshot = MemorySnapshot.from_spec(spec, device)
-        sampler = SystemSampler(device.index if device.type == "cuda" else None)
         with profiler, snapshot:
             for step_index in range(total + extra_steps):
                 if step_index == steps["warmup"]:  # figures of the measured steps only
@@ -150,8 +150,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # classified below; the sweep goes on in the parent
         return {**result, **_failure(exc, step_index, device)}
     finally:
-        if "sampler" in locals():
-            sampler.stop()
+        sampler.stop()
         if needs_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 

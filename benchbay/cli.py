@@ -45,7 +45,7 @@ def cmd_run(args) -> int:
         suite = _suite(args)
     except SuiteError as exc:
         return _fail(exc)
-    resume = args.resume if args.resume not in (None, "latest") else args.resume == "latest"
+    resume = True if args.resume == "latest" else (args.resume or False)  # True: the latest run
     try:
         from benchbay.suite import parse_scalar
 

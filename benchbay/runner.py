@@ -142,7 +142,8 @@ class SuiteRunner:
                     "run_id": self.run.name, "env": self.env, "device": self.device,
                     "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     "points": len(tasks), "state": "running"}
-        manifest = {**manifest, **{k: v for k, v in store.read_manifest(self.run).items() if k == "started_at"}}
+        # a resumed run keeps its first start
+        manifest["started_at"] = store.read_manifest(self.run).get("started_at", manifest["started_at"])
         store.write_manifest(self.run, manifest)
         counts: dict[str, int] = {}
         interrupted = False

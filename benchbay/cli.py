@@ -50,8 +50,9 @@ def cmd_run(args) -> int:
         from benchbay.suite import parse_scalar
 
         params = {k: parse_scalar(v) for k, _, v in (x.partition("=") for x in args.executor_param)}
-        runner = SuiteRunner(suite, args.results, resume=resume, executor=args.executor, executor_params=params)
-    except FileNotFoundError as exc:
+        runner = SuiteRunner(suite, args.results, resume=resume, executor=args.executor, executor_params=params,
+                             labels=args.point)
+    except (FileNotFoundError, ValueError) as exc:
         return _fail(exc)
     summary = runner.run_all()
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing new"
@@ -162,7 +163,8 @@ def cmd_compare(args) -> int:
     from benchbay.store import load_runs
 
     table = compare(load_runs([_one_run(args.baseline, args.results)]),
-                    load_runs([_one_run(args.candidate, args.results)]), min_change=args.min_change / 100)
+                    load_runs([_one_run(args.candidate, args.results)]), min_change=args.min_change / 100,
+                    ignore_knobs=args.ignore_knob)
     print(format_compare(table, only_changes=args.only_changes))
     return 0
 
@@ -198,7 +200,7 @@ def cmd_gate(args) -> int:
         thresholds = args.threshold or manifest.get("suite_as_run", {}).get("gate") or None
         try:
             result = gate(load_runs([baseline]), candidate, thresholds,
-                          loss_checks=_loss_checks(candidate, args.loss_equivalence))
+                          loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob)
         except ValueError as exc:
             return _fail(exc)
         text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown}"
@@ -260,7 +262,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
+    def ignore_knob_arg(p):
+        p.add_argument("--ignore-knob", action="append", default=[], metavar="KNOB",
+                       help="match points whatever this knob's value (a deliberate change, e.g. compile)")
+
+    def point_arg(p):
+        p.add_argument("--point", action="append", default=[], metavar="LABEL",
+                       help="only the points with this label (repeatable; default: every point)")
+
     p = suite_cmd("run", cmd_run, "run every point of a suite, each in its own process")
+    point_arg(p)
     p.add_argument("--results", default="results", help="results root (default: results)")
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_ID",
                    help="continue a run (the latest on this machine, or RUN_ID), skipping measured points")
@@ -272,8 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-dir", help="where the report goes (default: reports/<suite>)")
     suite_cmd("validate", cmd_validate, "check a suite file and count its points")
     p = suite_cmd("profile", cmd_profile, "run chosen points under torch.profiler (trace, top ops, phases, syncs)")
-    p.add_argument("--point", action="append", default=[], metavar="LABEL", help="a point label (repeatable; "
-                   "default: every point)")
+    point_arg(p)
     p.add_argument("--results", default="results")
 
     p = sub.add_parser("list", help="suites, workloads and knobs")
@@ -300,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-change", type=float, default=2.0, metavar="PERCENT",
                    help="smallest change that counts (default 2)")
     p.add_argument("--only-changes", action="store_true")
+    ignore_knob_arg(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("gate", help="exit 1 on a regression against the stored baseline of this machine")
@@ -314,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the loss curve of label CAND must follow label REF's")
     p.add_argument("--markdown", help="also write the summary to this file (CI job summary)")
     p.add_argument("--require-baseline", action="store_true", help="fail when no baseline exists")
+    ignore_knob_arg(p)
     p.set_defaults(func=cmd_gate)
 
     p = sub.add_parser("baseline", help="manage baselines")

@@ -24,27 +24,11 @@ class ProfilingRunner(SuiteRunner):
 
     def __init__(self, suite: Suite, labels: list[str] | None, results_root: str | Path = "results",
                  console: Console | None = None):
-        labels = list(labels or suite.profile)
         suite = replace(suite, name=f"{suite.name}-profile", search=None, repeats=1)
-        points = suite.expand()
-        known = {p.label for p in points if p.label}
-        unknown = [label for label in labels if not any(_matches(p, label) for p in points)]
-        if unknown:
-            raise ValueError(f"no point labelled {', '.join(map(repr, unknown))}; labels: {sorted(known)}")
-        self.labels = labels
-        super().__init__(suite, results_root, console)
-
-    def tasks(self) -> list[tuple[Point, int]]:
-        return [(p, r) for p, r in super().tasks()
-                if not self.labels or any(_matches(p, label) for label in self.labels)]
+        super().__init__(suite, results_root, console, labels=list(labels or suite.profile))
 
     def spec(self, point: Point, repeat: int = 0) -> dict[str, Any]:
         return {**super().spec(point, repeat), "profile": True}
-
-
-def _matches(point: Point, label: str) -> bool:
-    """A suite's point label, also when a grid appended its values ("base mbs=2" matches "base")."""
-    return point.label is not None and (point.label == label or point.label.startswith(label + " "))
 
 
 def profile_points(suite: Suite, labels: list[str] | None = None, results_root: str | Path = "results",
@@ -82,7 +66,9 @@ def snapshot_search_edges(runner: SuiteRunner, config: Point, records: list[dict
     for role, record in search_edges(records, search.knob, search.headroom_gib, search.zero_retries):
         point = replace(config, knobs=record["knobs"], point_id=record["point_id"], label=record.get("label"))
         out = runner.run / "memory" / f"{record['point_id']}-{record.get('repeat', 0)}"
-        spec = {**runner.spec(point), "profile": False, "memory_snapshot": True, "memory_snapshot_dir": str(out)}
+        # the peak is reached by the end of the second step (the first one creates the optimizer state)
+        spec = {**runner.spec(point), "steps": {"warmup": 1, "measure": 1, "steady": "all"}, "profile": False,
+                "memory_snapshot": True, "memory_snapshot_dir": str(out)}
         outcome = run_point(spec, out, runner.suite.timeout, runner.launch)
         entry = {"point_id": record["point_id"], "repeat": record.get("repeat", 0), "label": record.get("label"),
                  "search_group": record.get("extra", {}).get("search_group"), "knob": search.knob,

@@ -55,8 +55,15 @@ def derived_metrics(metrics: dict[str, Any], world_size: int, gpu: str | None) -
 class SuiteRunner:
     def __init__(self, suite: Suite, results_root: str | Path = "results", console: Console | None = None,
                  resume: str | bool = False, launch: Launch | None = None, executor: str = "local",
-                 executor_params: dict[str, Any] | None = None):
+                 executor_params: dict[str, Any] | None = None, labels: list[str] | None = None):
         self.suite = suite
+        self.labels = list(labels or [])
+        if self.labels:
+            points = suite.expand()
+            unknown = [label for label in self.labels if not any(matches(p, label) for p in points)]
+            if unknown:
+                known = sorted({p.label for p in points if p.label})
+                raise ValueError(f"no point labelled {', '.join(map(repr, unknown))}; labels: {known}")
         self.root = Path(results_root)
         self.console = console or Console(stderr=True)
         self.env = fingerprint()
@@ -65,7 +72,7 @@ class SuiteRunner:
         self.device = device_type(suite) if executor == "local" else (
             "cpu" if suite.devices.type == "cpu" else "cuda")
         d = suite.devices
-        self.launch = launch or Launch(d.nproc, d.nnodes, d.node_rank, d.rdzv_endpoint)
+        self.launch = launch or Launch(d.nproc, d.nnodes, d.node_rank, d.rdzv_endpoint, d.torchrun)
         self.run = self._pick_run(resume)
         self.done = {(r["point_id"], r.get("repeat", 0)) for r in store.read_records(self.run)
                      if r.get("env", {}).get("machine_key") == self.env["machine_key"]}
@@ -109,7 +116,7 @@ class SuiteRunner:
             "knobs": point.knobs, "status": outcome["status"], "reason": outcome.get("reason"),
             "metrics": metrics, "series": outcome.get("series") or {},
             "extra": {**(outcome.get("extra") or {}), **(extra or {})},
-            "world_size": world, "nnodes": self.launch.nnodes, "ranks": outcome.get("ranks", []), "env": env,
+            "world_size": world, "nnodes": self.launch.nnodes, "launcher": self.launch.launcher, "ranks": outcome.get("ranks", []), "env": env,
             "started_at": started.isoformat(timespec="seconds"), "duration_s": time.perf_counter() - t0,
         }
         if outcome.get("traceback"):
@@ -128,7 +135,8 @@ class SuiteRunner:
 
     # ---- the sweep ------------------------------------------------------------------------------
     def tasks(self) -> list[tuple[Point, int]]:
-        points = self.suite.expand(self.device)
+        points = [p for p in self.suite.expand(self.device)
+                  if not self.labels or any(matches(p, label) for label in self.labels)]
         if self.suite.search:  # one configuration per distinct point without the searched knob
             seen: dict[str, Point] = {}
             for p in points:
@@ -205,13 +213,18 @@ class SuiteRunner:
             return feasible(record, search.headroom_gib, search.zero_retries)
 
         try:
-            largest_feasible(probe, search.min, search.max)
+            largest_feasible(lambda k: probe(k * search.step), search.min // search.step, search.max // search.step)
         except _NotRunnable:
             return records
         from benchbay.profiling import snapshot_search_edges  # lazy: profiling imports the runner
 
         snapshot_search_edges(self, config, records)
         return records
+
+
+def matches(point: Point, label: str) -> bool:
+    """A suite's point label, also when a grid appended its values ("base mbs=2" matches "base")."""
+    return point.label is not None and (point.label == label or point.label.startswith(label + " "))
 
 
 class _NotRunnable(Exception):

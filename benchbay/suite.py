@@ -66,6 +66,7 @@ class Devices:
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str = "127.0.0.1:29400"
+    torchrun: bool = False  # launch a single process through torchrun too
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Search:
     max: int = 256
     headroom_gib: float | None = None  # also require peak reserved <= device memory - headroom
     zero_retries: bool = False  # also require no allocator retries
+    step: int = 1  # probe multiples of step only (min and max are multiples too)
 
 
 @dataclass(frozen=True)
@@ -408,7 +410,7 @@ class _Validator:
         if not isinstance(node, dict):
             self.error("devices", "a mapping with type, nproc")
             return Devices()
-        allowed = {"type", "nproc", "nnodes", "node_rank", "rdzv_endpoint"}
+        allowed = {"type", "nproc", "nnodes", "node_rank", "rdzv_endpoint", "torchrun"}
         for key in node:
             if key not in allowed:
                 self.error(f"devices.{key}", f"one of {sorted(allowed)}")
@@ -424,7 +426,8 @@ class _Validator:
                 value = getattr(Devices, key)
             ints[key] = value
         endpoint = self.typed(node, "rdzv_endpoint", str, prefix="devices.") or Devices.rdzv_endpoint
-        return Devices(kind, rdzv_endpoint=endpoint, **ints)
+        torchrun = self.typed(node, "torchrun", bool, prefix="devices.") or False
+        return Devices(kind, rdzv_endpoint=endpoint, torchrun=torchrun, **ints)
 
     def search(self, node, cls) -> Search | None:
         if node is None:
@@ -432,7 +435,7 @@ class _Validator:
         if not isinstance(node, dict):
             self.error("sweep.search", "a mapping with knob, min, max")
             return None
-        allowed = {"knob", "min", "max", "headroom_gib", "zero_retries"}
+        allowed = {"knob", "min", "max", "headroom_gib", "zero_retries", "step"}
         for key in node:
             if key not in allowed:
                 self.error(f"sweep.search.{key}", f"one of {sorted(allowed)}")
@@ -443,11 +446,15 @@ class _Validator:
         if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
             self.error("sweep.search", f"integers 1 <= min <= max, got min={lo!r} max={hi!r}")
             return None
+        step = node.get("step", 1)
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1 or lo % step or hi % step:
+            self.error("sweep.search.step", f"a positive integer dividing min and max, got {step!r}")
+            step = 1
         headroom = node.get("headroom_gib")
         if headroom is not None and not isinstance(headroom, (int, float)):
             self.error("sweep.search.headroom_gib", f"a number of GiB, got {headroom!r}")
             headroom = None
-        return Search(knob, lo, hi, headroom, bool(node.get("zero_retries", False)))
+        return Search(knob, lo, hi, headroom, bool(node.get("zero_retries", False)), step)
 
 
 def _kind_name(kind) -> str:

@@ -112,6 +112,22 @@ devices: {{type: cpu, nproc: 2}}
     assert list(table["configuration"]) == list(STRATEGIES) and set(table["world_size"]) == {2}
 
 
+def test_one_process_through_torchrun_trains_like_a_direct_launch(tmp_path, in_repo, monkeypatch):
+    records = run_suite(tmp_path, monkeypatch, "tiny-torchrun1", f"""
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+sweep:
+  points: [{{label: ddp, sharding: ddp}}]
+steps: {{warmup: {STEPS["warmup"]}, measure: {STEPS["measure"]}}}
+timeout: 180
+devices: {{type: cpu, nproc: 1, torchrun: true}}
+""")
+    (record,) = records
+    assert record["launcher"] == "torchrun" and record["world_size"] == 1
+    assert_trains_like_one_process(record, one_process(TINY, {}, {"precision": "fp32"}, sum(STEPS.values())),
+                                   rtol=1e-5)
+
+
 def test_a_hanging_rank_times_out_and_leaves_no_process(tmp_path, in_repo, monkeypatch):
     records = run_suite(tmp_path, monkeypatch, "tiny-hang", f"""
 workload: {{name: "{TINY}"}}

@@ -130,6 +130,17 @@ def test_improvement_passes_and_is_reported():
     assert "#### Improvements" in result.markdown
 
 
+def test_a_deliberate_knob_change_is_compared_when_that_knob_is_ignored():
+    """Compile switched off in the candidate: unmatched by default, flagged slower when compile is
+    ignored in the matching."""
+    base = records_to_frame([r for r in run_records(0) if r["label"] == "+compile"])
+    cand = records_to_frame([{**r, "knobs": {**r["knobs"], "compile": "off"}} for r in run_records(1)
+                             if r["label"] == "baseline"])
+    assert set(compare(base, cand)["verdict"]) == {"not comparable"}
+    result = gate(base, cand, ["step_time:median:5%"], ignore_knobs=["compile"])
+    assert result.exit_code == 1 and set(result.failures["verdict"]) == {"slower"}
+
+
 def test_selector_limits_a_threshold_to_matching_points():
     base, cand = run_frame(0), run_frame(1, slowdown=0.10, slow_labels={"baseline"})
     assert gate(base, cand, ["label=+compile/step_time:median:5%"]).exit_code == 0

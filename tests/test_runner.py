@@ -161,3 +161,23 @@ timeout: 120
     assert len(fits) <= math.ceil(math.log2(64 / 1)) + 2
     assert [r["status"] for r in records if r["label"] == "unsupported"] == ["skipped"]  # no further probes
     assert all(r["extra"]["search_knob"] == "mbs" for r in records)
+
+
+def test_batch_search_in_steps_probes_multiples_only_and_labels_pick_points(tmp_path, in_repo):
+    path = write_suite(tmp_path / "search.yaml", f"""
+name: search-step
+workload: {{name: "{TINY}", params: {{max_mbs: 23}}}}
+knobs: {{precision: fp32}}
+sweep:
+  points: [{{label: fits}}, {{label: other, seed: 1}}]
+  search: {{knob: mbs, min: 8, max: 64, step: 8}}
+steps: {{warmup: 1, measure: 1}}
+timeout: 120
+""")
+    summary = SuiteRunner(load(path), tmp_path / "results", labels=["fits"]).run_all()
+    records = store.read_records(summary.run)
+    assert {r["label"] for r in records} == {"fits"}
+    assert all(r["knobs"]["mbs"] % 8 == 0 for r in records) and len(records) <= 4
+    assert max(r["knobs"]["mbs"] for r in records if r["status"] == "ok") == 16
+    with pytest.raises(ValueError, match="no point labelled 'nope'"):
+        SuiteRunner(load(path), tmp_path / "results", labels=["nope"])

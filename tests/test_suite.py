@@ -63,9 +63,10 @@ knobs: {{precison: bf16, mbs: -1, recompute: sometimes, compile: blocks+nothing}
 sweep:
   grid: {{mbs: one}}
   zip: {{seed: [1, 2], fault: [none]}}
+  search: {{knob: mbs, min: 8, max: 60, step: 8}}
 steps: {{warmup: -1, measure: 0, steady: later}}
 repeats: zero
-devices: {{type: tpu}}
+devices: {{type: tpu, torchrun: "yes"}}
 breakdown: [nope]
 extra_key: 1
 """)
@@ -82,7 +83,7 @@ extra_key: 1
     assert "one of ['off', 'full', 'selective']" in problems["knobs.recompute"]
     assert "blocks" in problems["knobs.compile"]
     for key in ("sweep.grid.mbs", "sweep.zip", "steps.warmup", "steps.measure", "steps.steady", "repeats",
-                "devices.type", "breakdown[0]", "extra_key"):
+                "devices.type", "devices.torchrun", "sweep.search.step", "breakdown[0]", "extra_key"):
         assert key in problems, (key, text)
 
 

@@ -137,12 +137,14 @@ def point_groups(df: pd.DataFrame, key_columns: Sequence[str]) -> dict[tuple[str
 
 
 def match_points(
-    baseline: pd.DataFrame, candidate: pd.DataFrame, key_columns: Sequence[str] | None = None
+    baseline: pd.DataFrame, candidate: pd.DataFrame, key_columns: Sequence[str] | None = None,
+    ignore_knobs: Sequence[str] = (),
 ) -> list[MatchedPoint]:
-    """Pair the points of two frames on their shared key columns (baseline order, then new points)."""
+    """Pair the points of two frames on their shared key columns (baseline order, then new points);
+    ``ignore_knobs`` do not take part, so a deliberate change of them (compile on -> off) is compared."""
     if key_columns is None:
         shared = set(point_key_columns(baseline)) & set(point_key_columns(candidate))
-        key_columns = [c for c in point_key_columns(baseline) if c in shared]
+        key_columns = [c for c in point_key_columns(baseline) if c in shared and c not in ignore_knobs]
     keys = list(key_columns)
     if not keys:
         raise ValueError("the frames share no point columns (suite, workload, param.*, knobs) to match on")
@@ -296,6 +298,7 @@ def compare(
     n_boot: int = 2000,
     seed: int = 0,
     key_columns: Sequence[str] | None = None,
+    ignore_knobs: Sequence[str] = (),
 ) -> pd.DataFrame:
     """One row per matched point and metric: suite, point, the key columns, metric, statistic,
     baseline, candidate, ratio, ci_low, ci_high, p_value, worse_by, verdict, regression, reason.
@@ -305,7 +308,7 @@ def compare(
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"unknown metrics {unknown}; known: {list(METRICS)}")
-    points = match_points(baseline, candidate, key_columns)
+    points = match_points(baseline, candidate, key_columns, ignore_knobs)
     rows = []
     names = describe_points([p.key for p in points], [p.label for p in points])
     for point, name in zip(points, names, strict=True):

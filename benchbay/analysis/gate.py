@@ -87,6 +87,7 @@ def gate(
     seed: int = 0,
     fail_on_incomparable: bool = False,
     key_columns: Sequence[str] | None = None,
+    ignore_knobs: Sequence[str] = (),
 ) -> GateResult:
     """Check every threshold on every point it selects; exit code 1 on any regression.
 
@@ -95,7 +96,7 @@ def gate(
     """
     texts = DEFAULT_THRESHOLDS if thresholds is None else thresholds
     parsed = [t if isinstance(t, Threshold) else parse_threshold(t) for t in texts]
-    points = match_points(baseline, candidate, key_columns)
+    points = match_points(baseline, candidate, key_columns, ignore_knobs)
     rows = []
     names = describe_points([p.key for p in points], [p.label for p in points])
     for point, name in zip(points, names, strict=True):

@@ -23,16 +23,22 @@ STATUS_ORDER = ("oom", "error", "diverged", "crash", "timeout", "skipped", "ok")
 
 @dataclass(frozen=True)
 class Launch:
-    """How many processes a point spans; more than one (or nnodes > 1) goes through torchrun."""
+    """How many processes a point spans; more than one (or nnodes > 1, or ``torchrun``) goes through
+    torchrun."""
 
     nproc: int = 1
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str = "127.0.0.1:29400"
+    torchrun: bool = False  # also a single process: to check that the launcher adds no cost
 
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
+
+    @property
+    def launcher(self) -> str:
+        return "torchrun" if self.torchrun or self.world_size > 1 else "direct"
 
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -53,7 +59,7 @@ def point_env(knobs: dict[str, Any]) -> dict[str, str]:
 
 def command(spec_path: Path, result_path: Path, launch: Launch) -> list[str]:
     worker = ["-m", "benchbay.launch.worker", str(spec_path), str(result_path)]
-    if launch.world_size == 1:
+    if launch.launcher == "direct":
         return [sys.executable, *worker]
     rdzv = (["--standalone"] if launch.nnodes == 1 else
             [f"--nnodes={launch.nnodes}", f"--node-rank={launch.node_rank}", "--rdzv-backend=c10d",

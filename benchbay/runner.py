@@ -116,7 +116,8 @@ class SuiteRunner:
             "knobs": point.knobs, "status": outcome["status"], "reason": outcome.get("reason"),
             "metrics": metrics, "series": outcome.get("series") or {},
             "extra": {**(outcome.get("extra") or {}), **(extra or {})},
-            "world_size": world, "nnodes": self.launch.nnodes, "launcher": self.launch.launcher, "ranks": outcome.get("ranks", []), "env": env,
+            "world_size": world, "nnodes": self.launch.nnodes, "launcher": self.launch.launcher,
+            "ranks": outcome.get("ranks", []), "env": env,
             "started_at": started.isoformat(timespec="seconds"), "duration_s": time.perf_counter() - t0,
         }
         if outcome.get("traceback"):

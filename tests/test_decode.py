@@ -229,7 +229,7 @@ def test_workload_fingerprints_agree_across_backends(datasets, monkeypatch):
 
 def test_workload_through_workers_with_interference(datasets, monkeypatch):
     extra = _run(datasets["droid"], monkeypatch, {"backend": "pyav", "num_workers": 1, "interference": "on",
-                                                  "pattern": "wallx"}, steps=5)
+                                                  "pattern": "wallx"}, steps=6)  # warm-up: 1 x (2 + 1)
     assert extra["worker_peak_rss_gib"] > 0
     assert extra["foreground_step_s_alone"] > 0 and extra["foreground_inflation"] > 0
     assert extra["frames"] == 3 * 3 and extra["opens"] == 9

@@ -20,9 +20,10 @@ def apply(parts: ModelParts, precision: str) -> None:
         parts.model.to(torch.bfloat16)
 
 
-def autocast(precision: str, device: torch.device, fsdp: bool):
-    """The context around the forward: bf16 autocast (for pure bf16 too, so that fp32 inputs
-    meet bf16 weights) unless FSDP2's MixedPrecisionPolicy already casts the parameters."""
-    if precision == "bf16" or precision == "bf16_mixed" and not fsdp:
+def autocast(precision: str, device: torch.device):
+    """The context around the forward: bf16 autocast whenever training computes in bf16 (pure bf16
+    too, so that fp32 inputs meet bf16 weights; under FSDP2's MixedPrecisionPolicy too, whose bf16
+    parameters would otherwise meet fp32 inputs, tables and targets inside the model and the loss)."""
+    if precision in ("bf16", "bf16_mixed"):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -75,7 +75,6 @@ def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.dev
         optimizer = CPUOffloadedOptimizer(params, workload.optimizer)
     else:
         optimizer = workload.optimizer(params)
-    fsdp = knobs["sharding"].startswith("fsdp2")
     return TrainStep(workload, model, params, optimizer,
-                     lambda: precision.autocast(knobs["precision"], device, fsdp),
+                     lambda: precision.autocast(knobs["precision"], device),
                      graphs=knobs["cuda_graph"] == "step")

@@ -125,8 +125,11 @@ class Decode(StepWorkload):
 
     def _warm_samples(self) -> int:
         """Samples left out of every figure: the configured warm-up, and at least each worker's
-        first sample (it pays for the worker's start and imports)."""
-        return max(int(self.params["warmup_samples"]), self.knob_values["num_workers"])
+        first sample (it pays for the worker's start and imports) plus the backlog the workers can
+        hold (prefetch_factor batches each): delivered from the queue at once, it would otherwise
+        pass for decoding speed."""
+        workers = self.knob_values["num_workers"]
+        return max(int(self.params["warmup_samples"]), workers * (self.knob_values["prefetch_factor"] + 1) * self.mbs)
 
     def step(self, index: int) -> float | None:
         if self._batches is None:
@@ -149,7 +152,8 @@ class Decode(StepWorkload):
     def extra_metrics(self) -> dict[str, Any]:
         if self.window is None:
             raise RuntimeError(f"decode: {len(self.samples)} samples do not get past the warm-up of "
-                               f"{self._warm_samples()} samples; measure more steps")
+                               f"{self._warm_samples()} samples (num_workers x (prefetch_factor + 1) x mbs); "
+                               f"measure more steps")
         self.cpu.stop()
         self._batches = None  # joins the workers, so their peak RSS is known
         measured = self.samples[self.window.first_sample:]

@@ -40,22 +40,27 @@ def _check_name(name: str) -> None:
         raise ValueError(f"invalid baseline name {name!r}: use a plain name such as 'main'")
 
 
-def save_baseline(run_dir: str | Path, name: str, results_root: str | Path = "results", *,
+def save_baseline(run_dirs: str | Path | list[str | Path], name: str, results_root: str | Path = "results", *,
                   machine_key: str | None = None) -> Path:
-    """Copy a run's records.jsonl and manifest.json to ``<results_root>/baselines/<machine-key>/<name>/``.
+    """Store the records of one run, or of several runs of one machine (a suite measured in parts),
+    and the first run's manifest under ``<results_root>/baselines/<machine-key>/<name>/``.
 
     The machine key comes from the records unless given. The copy is written beside the target
     and renamed into place, so a reader never sees a half-written baseline. Returns the directory.
     """
     _check_name(name)
-    run_dir = Path(run_dir)
-    key = machine_key or run_machine_key(run_dir)
-    target = Path(results_root) / BASELINES_DIR / key / name
+    runs = [Path(r) for r in (run_dirs if isinstance(run_dirs, list) else [run_dirs])]
+    keys = {machine_key or run_machine_key(run) for run in runs}
+    if len(keys) != 1:
+        raise ValueError(f"runs of several machines cannot make one baseline: {sorted(keys)}")
+    target = Path(results_root) / BASELINES_DIR / keys.pop() / name
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-    for file in (RECORDS, MANIFEST):
-        if (run_dir / file).is_file():
-            shutil.copy2(run_dir / file, staging / file)
+    with open(staging / RECORDS, "wb") as out:
+        for run in runs:
+            out.write((run / RECORDS).read_bytes())
+    if (runs[0] / MANIFEST).is_file():
+        shutil.copy2(runs[0] / MANIFEST, staging / MANIFEST)
     if target.exists():
         retired = Path(tempfile.mkdtemp(prefix=f".{name}-old-", dir=target.parent))
         target.rename(retired / name)

@@ -215,8 +215,12 @@ def cmd_gate(args) -> int:
 def cmd_baseline_save(args) -> int:
     from benchbay.baselines import save_baseline
 
-    run = _one_run(args.run, args.results)
-    console.print(f"baseline: {save_baseline(run, args.name, args.results)} (from {run})")
+    runs = [_one_run(run, args.results) for run in args.run]
+    try:
+        target = save_baseline(runs, args.name, args.results)
+    except ValueError as exc:
+        return _fail(exc)
+    console.print(f"baseline: {target} (from {', '.join(map(str, runs))})")
     return 0
 
 
@@ -330,8 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("baseline", help="manage baselines")
     bsub = p.add_subparsers(dest="action", required=True)
-    b = bsub.add_parser("save", help="store a run as results/baselines/<machine-key>/<name>/")
-    b.add_argument("run")
+    b = bsub.add_parser("save", help="store a run (or the runs of one suite on one machine) as "
+                        "results/baselines/<machine-key>/<name>/")
+    b.add_argument("run", nargs="+")
     b.add_argument("--name", required=True)
     b.add_argument("--results", default="results")
     b.set_defaults(func=cmd_baseline_save)

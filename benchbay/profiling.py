@@ -65,11 +65,11 @@ def snapshot_search_edges(runner: SuiteRunner, config: Point, records: list[dict
     entries = []
     for role, record in search_edges(records, search.knob, search.headroom_gib, search.zero_retries):
         point = replace(config, knobs=record["knobs"], point_id=record["point_id"], label=record.get("label"))
-        out = runner.run / "memory" / f"{record['point_id']}-{record.get('repeat', 0)}"
-        # the peak is reached by the end of the second step (the first one creates the optimizer state)
-        spec = {**runner.spec(point), "steps": {"warmup": 1, "measure": 1, "steady": "all"}, "profile": False,
-                "memory_snapshot": True, "memory_snapshot_dir": str(out)}
-        outcome = run_point(spec, out, runner.suite.timeout, runner.launch)
+        name = f"{record['point_id']}-{record.get('repeat', 0)}"
+        out = runner.run / "memory" / name
+        # the probe's own steps: an OOM can come late (H200, Wall-X mbs 20: at the third step)
+        spec = {**runner.spec(point), "profile": False, "memory_snapshot": True, "memory_snapshot_dir": str(out)}
+        outcome = run_point(spec, runner.scratch / f"snapshot-{name}", runner.suite.timeout, runner.launch)
         entry = {"point_id": record["point_id"], "repeat": record.get("repeat", 0), "label": record.get("label"),
                  "search_group": record.get("extra", {}).get("search_group"), "knob": search.knob,
                  "value": record["knobs"][search.knob], "role": role, "status": outcome["status"],

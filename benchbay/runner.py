@@ -77,7 +77,7 @@ class SuiteRunner:
         self.done = {(r["point_id"], r.get("repeat", 0)) for r in store.read_records(self.run)
                      if r.get("env", {}).get("machine_key") == self.env["machine_key"]}
         # Slurm nodes must see the points' folders: keep them beside the run
-        self._scratch = self.run / "scratch" if executor == "slurm" else Path(tempfile.mkdtemp(prefix="benchbay-"))
+        self.scratch = self.run / "scratch" if executor == "slurm" else Path(tempfile.mkdtemp(prefix="benchbay-"))
 
     def _pick_run(self, resume: str | bool) -> Path:
         if resume:
@@ -104,7 +104,7 @@ class SuiteRunner:
         if point.excluded:
             outcome = {"status": "skipped", "reason": point.excluded, "metrics": {}, "series": {}, "extra": {}}
         else:
-            workdir = self._scratch / f"{point.point_id}-{repeat}"
+            workdir = self.scratch / f"{point.point_id}-{repeat}"
             outcome = self._run(self.spec(point, repeat), workdir)
         world = self.launch.world_size
         env = outcome.get("env") or self.env  # a Slurm job's node, not the submitting host
@@ -181,7 +181,7 @@ class SuiteRunner:
                 self.console.print(f"[yellow]interrupted: records so far are kept in {self.run}; "
                                    f"continue with --resume {self.run.name}[/yellow]")
         if self.executor == "local":  # spec, result and log per point: the record holds what matters
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            shutil.rmtree(self.scratch, ignore_errors=True)
         manifest.update(state="interrupted" if interrupted else "complete",
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         store.write_manifest(self.run, manifest)

@@ -287,6 +287,13 @@ def test_save_and_find_baseline(tmp_path):
     assert gate(load_runs([saved]), load_runs([second])).exit_code == 0
     assert gate(load_runs([first]), load_runs([second])).exit_code == 1
 
+    both = save_baseline([first, second], "parts", results)  # a suite measured in several runs
+    assert [json.loads(line)["run_id"] for line in (both / "records.jsonl").read_text().splitlines()] == \
+        ["r1"] * len(run_records(0)) + ["r2"] * len(run_records(1))
+    other = write_run(results, run_records(2, run_id="r3", env={"machine_key": "nvidia-h100x1-cuda12.8-torch2.11.0"}))
+    with pytest.raises(ValueError, match="several machines"):
+        save_baseline([first, other], "mixed", results)
+
     with pytest.raises(ValueError, match="invalid baseline name"):
         save_baseline(first, "../escape", results)
     with pytest.raises(FileNotFoundError, match="no records.jsonl"):

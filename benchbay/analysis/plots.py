@@ -219,7 +219,8 @@ def waterfall(table: pd.DataFrame, path: Path) -> Path | None:
 
 
 def phases(summary: pd.DataFrame, path: Path) -> Path | None:
-    """Stacked bars of the profiled phases (``extra.phases``: {phase: seconds}) per point."""
+    """Stacked bars of the profiled phases (``extra.phases``: {phase: seconds}) per point, as
+    shares of its step."""
     if "extra.phases" not in summary:
         return None
     points = summary[summary["extra.phases"].map(lambda v: isinstance(v, dict) and len(v) > 0)]
@@ -227,13 +228,17 @@ def phases(summary: pd.DataFrame, path: Path) -> Path | None:
         return None
     order = list(dict.fromkeys(phase for recorded in points["extra.phases"] for phase in recorded))
     table = pd.DataFrame(list(points["extra.phases"]), index=list(points["name"]), columns=order).fillna(0.0) * 1e3
+    totals = table.sum(axis=1)
+    # shares, so that a 0.3 s step and a 4 s step read alike; each bar's label gives its total
+    shares = table.div(totals.where(totals > 0, 1.0), axis=0) * 100
+    labels = [f"{name}\n{total:.0f} ms" for name, total in totals.items()]
     fig = Figure(figsize=(max(6, 1.4 * len(table) + 3), 4.2))
     ax = fig.subplots()
     bottom = np.zeros(len(table))
-    for phase, color in zip(table.columns, _colors(len(table.columns)), strict=True):
-        ax.bar(table.index, table[phase], bottom=bottom, label=phase, color=color)
-        bottom += table[phase].to_numpy()
-    ax.set_ylabel("time (ms)")
+    for phase, color in zip(shares.columns, _colors(len(shares.columns)), strict=True):
+        ax.bar(labels, shares[phase], bottom=bottom, label=phase, color=color)
+        bottom += shares[phase].to_numpy()
+    ax.set_ylabel("share of the profiled step (%)")
     ax.tick_params(axis="x", rotation=20)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)

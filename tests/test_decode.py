@@ -233,6 +233,14 @@ def test_workload_through_workers_with_interference(datasets, monkeypatch):
     assert extra["worker_peak_rss_gib"] > 0
     assert extra["foreground_step_s_alone"] > 0 and extra["foreground_inflation"] > 0
     assert extra["frames"] == 3 * 3 and extra["opens"] == 9
+    assert extra["loader_samples_per_s"] > 0 and extra["loader_rate_note"] is None
+
+
+def test_a_window_shorter_than_the_workers_backlog_gives_no_rate(datasets, monkeypatch):
+    extra = _run(datasets["droid"], monkeypatch, {"backend": "pyav", "num_workers": 1, "prefetch_factor": 4},
+                 steps=6)  # warm-up 1 x (4 + 1) samples, then 1 measured sample < the backlog of 4
+    assert extra["measured_samples"] == 1
+    assert extra["loader_samples_per_s"] is None and "backlog of 4" in extra["loader_rate_note"]
 
 
 @pytest.mark.parametrize("suite", ["decoders.yaml", "decoders-cpu.yaml"])

@@ -123,13 +123,16 @@ class Decode(StepWorkload):
             self.foreground.step()
         return [self.foreground.step() for _ in range(BASELINE_STEPS)]
 
+    def _backlog(self) -> int:
+        """Samples the workers can hold ready (prefetch_factor batches each): delivered from the
+        queue at once, they would pass for decoding speed."""
+        return self.knob_values["num_workers"] * self.knob_values["prefetch_factor"] * self.mbs
+
     def _warm_samples(self) -> int:
         """Samples left out of every figure: the configured warm-up, and at least each worker's
-        first sample (it pays for the worker's start and imports) plus the backlog the workers can
-        hold (prefetch_factor batches each): delivered from the queue at once, it would otherwise
-        pass for decoding speed."""
-        workers = self.knob_values["num_workers"]
-        return max(int(self.params["warmup_samples"]), workers * (self.knob_values["prefetch_factor"] + 1) * self.mbs)
+        first sample (it pays for the worker's start and imports) plus the workers' backlog."""
+        first = self.knob_values["num_workers"] * self.mbs
+        return max(int(self.params["warmup_samples"]), first + self._backlog())
 
     def step(self, index: int) -> float | None:
         if self._batches is None:
@@ -160,7 +163,7 @@ class Decode(StepWorkload):
         wall = self.last_step_end - self.window.start
         # a window shorter than the backlog the workers can hold still drains a filling queue
         # faster than they decode (H200, 8 workers: 213 "samples/s" over 21 samples); no rate then
-        backlog = self.knob_values["num_workers"] * self.knob_values["prefetch_factor"] * self.mbs
+        backlog = self._backlog()
         rated = bool(measured) and len(measured) >= backlog
         frames = sum(view.frames for sample in measured for view in sample)
         cpu = self.cpu.summary()

@@ -24,6 +24,7 @@ Run at least 2-3 repeats where a decision depends on it.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,24 +32,21 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as scipy_stats
 
+# each statistic's reduction, plain and NaN-skipping (for padded repeats of unequal length)
+_REDUCTIONS: dict[str, tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]] = {
+    "median": (np.median, np.nanmedian),
+    "mean": (np.mean, np.nanmean),
+    "min": (np.min, np.nanmin),
+    "max": (np.max, np.nanmax),
+    "p10": (functools.partial(np.percentile, q=10), functools.partial(np.nanpercentile, q=10)),
+    "p90": (functools.partial(np.percentile, q=90), functools.partial(np.nanpercentile, q=90)),
+}
 #: statistics a threshold or comparison may name, as reductions along the last axis
 STATISTICS: dict[str, Callable[..., np.ndarray]] = {
-    "median": lambda a: np.median(a, axis=-1),
-    "mean": lambda a: np.mean(a, axis=-1),
-    "min": lambda a: np.min(a, axis=-1),
-    "max": lambda a: np.max(a, axis=-1),
-    "p10": lambda a: np.percentile(a, 10, axis=-1),
-    "p90": lambda a: np.percentile(a, 90, axis=-1),
-}
-# the same, skipping NaN (padding of repeats of unequal length); slower, so used only then
+    name: functools.partial(plain, axis=-1) for name, (plain, _) in _REDUCTIONS.items()}
+# the same, skipping NaN; slower, so used only then
 _NAN_STATISTICS: dict[str, Callable[..., np.ndarray]] = {
-    "median": lambda a: np.nanmedian(a, axis=-1),
-    "mean": lambda a: np.nanmean(a, axis=-1),
-    "min": lambda a: np.nanmin(a, axis=-1),
-    "max": lambda a: np.nanmax(a, axis=-1),
-    "p10": lambda a: np.nanpercentile(a, 10, axis=-1),
-    "p90": lambda a: np.nanpercentile(a, 90, axis=-1),
-}
+    name: functools.partial(nan, axis=-1) for name, (_, nan) in _REDUCTIONS.items()}
 
 # bootstrap draws are processed in chunks so that one chunk holds at most this many samples
 _CHUNK_ELEMENTS = 2_000_000

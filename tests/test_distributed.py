@@ -190,6 +190,21 @@ Root Cause (first observed failure):
   traceback : Signal 11 (SIGSEGV) received by PID 20941
 ======================================================="""
 
+ERROR_SEEN_FIRST = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+benchbay.launch.worker FAILED
+-------------------------------------------------------
+Failures:
+[1]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -11 (pid: 20941)  (SIGSEGV)
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 20940)
+======================================================="""
+
 
 def test_merge_blames_the_first_rank_to_fail_when_it_left_no_result():
     out = merge(Finished([_rank(0, "error")], 1, False, TORCHRUN_SUMMARY), timeout=60, world_size=2)
@@ -198,6 +213,11 @@ def test_merge_blames_the_first_rank_to_fail_when_it_left_no_result():
     oom = merge(Finished([_rank(0, "error"), _rank(1, "oom")], 1, False, TORCHRUN_SUMMARY), timeout=60,
                 world_size=2)
     assert oom["status"] == "oom"  # rank 1 wrote its own result: it says what happened
+    # torchrun may see rank 0's error about the closed connection before rank 1's crash
+    crash = merge(Finished([_rank(0, "error")], 1, False, ERROR_SEEN_FIRST), timeout=60, world_size=2)
+    assert crash["status"] == "crash" and crash["reason"].startswith("rank 1 killed by SIGSEGV (it left no result")
+    stopped = ERROR_SEEN_FIRST.replace("-11 (pid: 20941)  (SIGSEGV)", "-15 (pid: 20941)  (SIGTERM)")
+    assert merge(Finished([_rank(0, "error")], 1, False, stopped), timeout=60, world_size=2)["status"] == "error"
 
 
 def test_merge_reports_the_worst_rank_and_missing_ranks():

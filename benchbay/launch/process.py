@@ -141,8 +141,9 @@ def _kill(proc: subprocess.Popen) -> None:
 
 #: each rank's own figures, kept in the record's ``ranks`` list
 RANK_FIGURES = ("step_time_s", "step_time_p90_s", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "host_rss_gib")
-#: torchrun's summary of a failed group names the first rank to fail and its exit code (< 0: signal)
-ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+#: torchrun's summary of a failed group: every failed rank with its exit code (< 0: signal), the
+#: first one to fail ("Root Cause") last
+FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
 def merge(done: Finished, timeout: float, world_size: int) -> dict[str, Any]:
@@ -169,12 +170,19 @@ def merge(done: Finished, timeout: float, world_size: int) -> dict[str, Any]:
     return out
 
 
-def _lost_rank(tail: str, results: list[dict[str, Any]]) -> tuple[int, int] | None:
-    """torchrun's first failed rank and its exit code, when that rank wrote no result."""
-    match = ROOT_CAUSE.search(tail)
-    if match is None or any(r.get("rank", 0) == int(match[1]) for r in results):
-        return None
-    return int(match[1]), int(match[2])
+def _lost_rank(tail: str, results: list[dict[str, Any]]) -> tuple[int, int, bool] | None:
+    """A failed rank that wrote no result, its exit code, and whether torchrun saw it fail first.
+    torchrun's first is preferred; else one that died by a signal of its own (torchrun may see a
+    rank's error about a closed connection before the crash of the rank that closed it), never one
+    that torchrun itself stopped with SIGTERM."""
+    summary = tail[tail.rfind("Failures:"):] if "Failures:" in tail else tail[tail.rfind("Root Cause"):]
+    failures = [(int(rank), int(code)) for rank, code in FAILURE.findall(summary)]
+    reported = {r.get("rank", 0) for r in results}
+    silent = [(rank, code) for rank, code in failures if rank not in reported]
+    if failures and failures[-1] in silent:
+        return (*failures[-1], True)
+    own = [(rank, code) for rank, code in silent if code != -signal.SIGTERM]
+    return (*own[0], False) if own else None
 
 
 def _rank_spread(ok: list[dict[str, Any]]) -> float | None:
@@ -185,20 +193,21 @@ def _rank_spread(ok: list[dict[str, Any]]) -> float | None:
     return (times[-1] - times[0]) / statistics.median(times)
 
 
-def _no_result(done: Finished, timeout: float, partial: int, lost: tuple[int, int] | None = None) -> dict[str, Any]:
+def _no_result(done: Finished, timeout: float, partial: int,
+               lost: tuple[int, int, bool] | None = None) -> dict[str, Any]:
     returncode, tail = done.returncode, done.tail
     base = {"metrics": {"exit_code": returncode}, "series": {}, "extra": {"log_tail": tail}}
     if done.timed_out:
         return {**base, "status": "timeout", "reason": f"no result within {timeout:g} s (killed)"
                 + (f"; {partial} rank(s) had finished" if partial else "")}
     if lost:
-        rank, code = lost
+        rank, code, first = lost
+        why = "(the first rank to fail)" if first else "(it left no result; the other ranks' errors follow)"
         if code < 0:
             base["metrics"]["signal"] = _signal_name(-code)
-            return {**base, "status": "crash", "reason": f"rank {rank} killed by {_signal_name(-code)} "
-                    "(the first rank to fail)"}
+            return {**base, "status": "crash", "reason": f"rank {rank} killed by {_signal_name(-code)} {why}"}
         return {**base, "status": "crash", "reason": f"rank {rank} ended with exit code {code} without a result "
-                "(the first rank to fail)"}
+                f"{why}"}
     if returncode is not None and returncode < 0:
         sig = _signal_name(-returncode)
         base["metrics"]["signal"] = sig

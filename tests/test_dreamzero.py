@@ -4,10 +4,14 @@ have the published sizes and FLOPs, every workload knob value runs or says why n
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchbay import knobs as knob_table
+from benchbay.knobs import training
 from benchbay.workloads.dreamzero import DreamZero, flops, mask
 from benchbay.workloads.dreamzero.config import SequenceLayout, preset
 from benchbay.workloads.dreamzero.transformer import CausalWanModel
@@ -108,8 +112,10 @@ def _spec_mask(frame_tokens: int, latent_frames: int, frames_per_block: int, act
     first_clean, first_noisy = list(range(f)), list(range(video, video + f))
     for q in first_clean:
         m[q, first_clean] = True
-    for q in range(f, video):  # later clean tokens: token-level causal over the clean half
-        m[q, : q + 1] = True
+    for i in range(blocks):  # clean block i: the first frame and clean blocks 0..i (block-causal)
+        keys = first_clean + sum((clean_block(j) for j in range(i + 1)), [])
+        for q in clean_block(i):
+            m[q, keys] = True
     for q in first_noisy:
         m[q, first_noisy] = True
     for i in range(blocks):
@@ -190,10 +196,14 @@ def test_every_workload_knob_value_runs_or_says_why():
 
 
 def test_knob_combinations_that_cannot_run_say_why():
-    assert "CUDA" in make(cuda_graph="attention").skip_reason()
+    generic = knob_table.defaults_for(DreamZero)
+    assert "CUDA" in make(**{**generic, "cuda_graph": "attention"}).harness_skip_reason(world_size=1)
     cuda = DreamZero({"preset": "dreamzero-tiny"}, {"cuda_graph": "attention", "recompute": "full"},
                      torch.device("cuda"))
     assert "154306" in cuda.skip_reason()
+    reentrant = DreamZero({"preset": "dreamzero-tiny"}, {"cuda_graph": "attention", "recompute": "full",
+                                                          "recompute_impl": "reentrant"}, torch.device("cuda"))
+    assert reentrant.skip_reason() is None  # RLinf's way: graphed helpers inside reentrant checkpoints
     assert "no effect" in make(frozen_encoders="cached", encoders="per_sample").skip_reason()
     assert make(frozen_encoders="cached").skip_reason() is None
 
@@ -211,26 +221,151 @@ def test_flex_matches_sdpa():
     torch.testing.assert_close(losses["flex"], losses["sdpa"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("attention", ["flex", "sdpa"])
-def test_gpu_compiled_cuda_graph_step(attention):
-    """The GPU path: bf16 autocast, per-block compile, attention core as CUDA graphs."""
+def gpu(test):
+    """A test of the GPU path: skipped without a CUDA device, run on the GPU machine."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")(test))
+
+
+def _gpu_step(knobs: dict, steps: int = 3) -> list[float]:
+    """The harness's step on the GPU, tiny preset; returns the losses."""
     device = torch.device("cuda")
-    workload = DreamZero({"preset": "dreamzero-tiny"}, {"attention": attention, "cuda_graph": "attention",
-                                                         "mbs": 2}, device)
-    assert workload.skip_reason() is None
+    values = {**knob_table.defaults_for(DreamZero), "mbs": 2, **knobs}
+    workload = DreamZero({"preset": "dreamzero-tiny"}, values, device)
+    assert workload.harness_skip_reason(world_size=1) is None and workload.skip_reason() is None
     torch.manual_seed(0)
-    parts = workload.build()
-    for block in parts.regions["blocks"]:
-        block.compile()
-    params = [p for p in parts.model.parameters() if p.requires_grad]
-    optimizer = workload.optimizer(params)
-    for step in range(3):
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss, _ = workload.loss(parts.model, workload.batch(step))
+    step = training.prepare(workload, values, device)
+    losses = [float(step(workload.batch(i))[0]) for i in range(steps)]
+    assert all(math.isfinite(x) for x in losses)
+    return losses
+
+
+@pytest.mark.parametrize("knobs", [
+    {"attention": "flex", "cuda_graph": "attention", "compile": "blocks"},
+    {"attention": "sdpa", "cuda_graph": "attention", "compile": "blocks"},
+    # RLinf's way: the four blockwise helpers as CUDA graphs inside reentrant checkpoints
+    {"attention": "blockwise", "cuda_graph": "attention", "recompute": "full", "recompute_impl": "reentrant",
+     "kernels": "official", "host_syncs": "official", "precision": "bf16"},
+], ids=["flex", "sdpa", "blockwise-reentrant"])
+@gpu
+def test_gpu_graphed_attention_steps(knobs):
+    _gpu_step(knobs)
+
+
+@gpu
+def test_gpu_host_syncs_are_the_official_ones_only():
+    """host_syncs=none: the transformer and flow matching never wait for the GPU; official: they do
+    (CUDA's sync debug mode raises on a synchronising call)."""
+    device = torch.device("cuda")
+    for syncs, expect_sync in (("none", False), ("official", True)):
+        values = {**knob_table.defaults_for(DreamZero), "attention": "sdpa", "frozen_encoders": "cached",
+                  "host_syncs": syncs, "precision": "fp32"}
+        workload = DreamZero({"preset": "dreamzero-tiny"}, values, device)
+        parts = workload.build()
+        batch = workload.batch(0)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            workload.loss(parts.model, batch)
+            synced = False
+        except RuntimeError as exc:
+            assert "synchroniz" in str(exc)
+            synced = True
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert synced == expect_sync, syncs
+
+
+@gpu
+def test_gpu_selective_recompute_keeps_flex_attention():
+    """FlexAttention's outputs are in the selective save list: backward runs no flex forward."""
+    from tests.test_knobs import _AttentionCalls
+
+    device = torch.device("cuda")
+    values = {**knob_table.defaults_for(DreamZero), "attention": "flex", "recompute": "selective", "mbs": 1}
+    workload = DreamZero({"preset": "dreamzero-tiny"}, values, device)
+    torch.manual_seed(0)
+    step = training.prepare(workload, values, device)
+    with step.autocast():
+        loss, _ = workload.loss(step.model, workload.batch(0))
+    with _AttentionCalls() as calls:
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        assert torch.isfinite(loss.detach()).item()
+    assert calls.forward == 0
+
+
+class _OpCounts(TorchDispatchMode):
+    """aten calls by name while active: the launch pattern of eager code."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+    def count(self, fragment: str) -> int:
+        return sum(n for name, n in self.calls.items() if fragment in name)
+
+
+def _one_block_forward(**knobs) -> _OpCounts:
+    """aten calls of the first block's forward at the tiny preset's real sequence structure."""
+    workload = make(mbs=1, **knobs)
+    parts = built(workload)
+    block, layout = parts.regions["blocks"][0], workload.layout
+    d, text, image = workload.preset.transformer.dim, workload.preset.sample.text_len, workload.preset.clip_tokens
+    x, e = torch.randn(1, layout.total, d), torch.randn(1, layout.total, 6, d)
+    with torch.no_grad(), _OpCounts() as counts:
+        block(x, e, torch.randn(1, text, d), torch.randn(1, image, d), workload.rope, workload.attention_mask)
+    return counts
+
+
+def test_blockwise_issues_the_official_launch_pattern():
+    """attention=blockwise: per layer 2 + 4 x blocks self-attention calls (18 for DROID's 4 blocks,
+    plus the 2 cross-attention calls) and 6 x blocks + 1 concatenations, as the official block loop."""
+    blocks = make().layout.blocks
+    assert blocks == 4
+    one_call = _one_block_forward(attention="sdpa")
+    blockwise = _one_block_forward(attention="blockwise")
+    assert one_call.count("scaled_dot_product") == 1 + 2
+    assert blockwise.count("scaled_dot_product") == 2 + 4 * blocks + 2
+    assert blockwise.calls["cat"] - one_call.calls["cat"] == 6 * blocks + 1
+
+
+def test_official_kernels_issue_more_launches_for_the_same_function():
+    fused = _one_block_forward(attention="blockwise")
+    official = _one_block_forward(attention="blockwise", kernels="official")
+    assert official.calls["view_as_complex"] == 4 and fused.calls["view_as_complex"] == 0  # q and k, per half
+    # the noisy half's RoPE table joined at each call, the two halves joined after, for q and k
+    assert official.calls["cat"] - fused.calls["cat"] == 4
+    assert official.calls["_to_copy"] - fused.calls["_to_copy"] == 8  # float64 in, back per half
+    assert sum(official.calls.values()) > sum(fused.calls.values())
+
+
+@pytest.mark.parametrize("knobs", [{"attention": "blockwise"}, {"kernels": "official"},
+                                   {"attention": "blockwise", "kernels": "official", "host_syncs": "official"}])
+def test_official_variants_compute_the_same_function(knobs):
+    """Loss and gradients of the official launch pattern, kernels and host round trips match the
+    one-call fused step (fp32, tiny preset)."""
+    results = []
+    for variant in ({}, knobs):
+        workload = make(**variant)
+        parts = built(workload)
+        loss, _ = workload.loss(parts.model, workload.batch(0))
+        loss.backward()
+        results.append((loss.detach(), [p.grad for p in parts.model.parameters()]))
+    (loss, grads), (other_loss, other_grads) = results
+    torch.testing.assert_close(other_loss, loss, rtol=1e-5, atol=1e-6)
+    for got, want in zip(other_grads, grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
+
+
+def test_host_syncs_official_draws_the_schedule_on_the_cpu():
+    official, fused = make(host_syncs="official"), make()
+    for workload in (official, fused):
+        workload.build()
+    batch, reference = official.batch(0), fused.batch(0)
+    assert batch["frame_ids"].device.type == "cpu"
+    assert torch.equal(batch["frame_ids"], reference["frame_ids"])  # the same draws, only elsewhere
+    for lookup in ("timesteps_of", "sigmas_of", "weights_of"):
+        torch.testing.assert_close(getattr(official.flow, lookup)(batch["frame_ids"]),
+                                   getattr(fused.flow, lookup)(reference["frame_ids"]))

@@ -5,9 +5,11 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchbay import knobs as knob_table
 from benchbay.knobs import training
+from benchbay.workloads.dreamzero import DreamZero
 from tests.fixtures.tinywork import Tiny
 
 CPU = torch.device("cpu")
@@ -60,6 +62,23 @@ def test_offload_optimizer_keeps_master_weights_on_cpu():
     assert losses == pytest.approx(reference, rel=1e-5)
 
 
+@pytest.mark.parametrize("shards", [2, 3])
+def test_offload_shards_step_one_share_as_a_zero2_rank(shards):
+    """offload_shards=N: this process holds and steps 1/N of the parameters (by size), as one
+    ZeRO-2 rank does; the others stay as they were (another rank's share)."""
+    _, values = make(offload="optimizer", offload_shards=shards)
+    workload = Tiny({"depth": 4}, values, CPU)
+    torch.manual_seed(0)
+    step = training.prepare(workload, values, CPU)
+    before = [p.detach().clone() for p in step.params]
+    step(workload.batch(0))
+    owned = {id(p) for p in step.optimizer.owned}
+    changed = [not torch.equal(p, b) for p, b in zip(step.params, before, strict=True)]
+    assert changed == [id(p) in owned for p in step.params]
+    assert 0 < len(owned) < len(step.params)
+    assert step.optimizer.share == pytest.approx(1 / shards, abs=0.25)
+
+
 def test_deterministic_runs_repeat():
     a = train(*make(deterministic=True))[1]
     b = train(*make(deterministic=True))[1]
@@ -68,28 +87,35 @@ def test_deterministic_runs_repeat():
 
 
 @pytest.mark.parametrize("knobs, reason", [
-    ({"cuda_graph": "attention"}, "needs a CUDA device"),
+    ({"cuda_graph": "attention"}, "workload tiny does not support it"),  # it captures no attention helpers
     ({"cuda_graph": "step"}, "needs a CUDA device"),
     ({"sharding": "fsdp2_hybrid", "replicate": 2}, "fsdp2_hybrid needs"),
     ({"sharding": "ddp", "offload": "optimizer"}, "not under DDP"),
+    ({"recompute": "selective", "recompute_impl": "reentrant"}, "needs recompute_impl=non_reentrant"),
 ])
 def test_unsupported_combinations_are_skipped_with_a_reason(knobs, reason):
-    values = {**knob_table.defaults_for(Tiny), **knobs}
-    assert reason in training.skip_reason(values, CPU, world_size=1)
+    workload, _ = make(**knobs)
+    assert reason in workload.harness_skip_reason(world_size=1)
+
+
+#: the only generic knob values the tiny CPU workload cannot run, and why
+EXPECTED_SKIPS = {("cuda_graph", "attention"): "does not support it", ("cuda_graph", "step"): "needs a CUDA device"}
 
 
 def test_every_generic_knob_value_runs_or_is_skipped():
-    """Sweep each enumerated generic knob on its own over the tiny model."""
+    """Sweep each enumerated generic knob on its own over the tiny model: it trains, or it is one
+    of the expected skips with its reason."""
     for name, knob in knob_table.GENERIC.items():
         for value in knob.values or ():
-            if name in ("sharding", "compile") or (name, value) == ("cuda_graph", "off"):
+            if name in ("sharding", "compile"):
                 continue  # sharding needs a process group (above); compile is slow (test_compile)
             workload, values = make(**{name: value})
-            reason = training.skip_reason(values, CPU, world_size=1)
-            if reason is None:
-                assert all(torch.isfinite(torch.tensor(train(workload, values, steps=2)[1])))
+            reason = workload.harness_skip_reason(world_size=1)
+            if (name, value) in EXPECTED_SKIPS:
+                assert EXPECTED_SKIPS[name, value] in reason
             else:
-                assert reason
+                assert reason is None, f"{name}={value}: {reason}"
+                assert all(torch.isfinite(torch.tensor(train(workload, values, steps=2)[1])))
 
 
 @pytest.mark.slow
@@ -98,3 +124,33 @@ def test_compile_matches_eager(value):
     _, reference = train(*make())
     _, losses = train(*make(compile=value))
     assert losses == pytest.approx(reference, rel=1e-4)
+
+
+class _AttentionCalls(TorchDispatchMode):
+    """Forward attention kernels dispatched while active (their backward kernels not counted)."""
+
+    def __init__(self):
+        super().__init__()
+        self.forward = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.forward += "attention" in name and "backward" not in name
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "blockwise"])
+@pytest.mark.parametrize("mode, recomputed", [("selective", False), ("full", True), ("off", False)])
+def test_selective_recompute_keeps_attention_outputs(attention, mode, recomputed):
+    """Through the harness, on the DreamZero tiny step: backward re-runs the attention kernels
+    under full recompute only; selective keeps their outputs (its save list names them)."""
+    values = {**knob_table.defaults_for(DreamZero), "precision": "fp32", "attention": attention, "recompute": mode,
+              "mbs": 1}
+    workload = DreamZero({"preset": "dreamzero-tiny"}, values, CPU)
+    torch.manual_seed(0)
+    step = training.prepare(workload, values, CPU)
+    with step.autocast():
+        loss, _ = workload.loss(step.model, workload.batch(0))
+    with _AttentionCalls() as calls:
+        loss.backward()
+    assert (calls.forward > 0) == recomputed

@@ -70,7 +70,8 @@ sweep:
     - {{label: hang, fault: hang}}
     - {{label: nan, fault: nan}}
     - {{label: raise, fault: raise}}
-    - {{label: graphs, cuda_graph: attention}}
+    - {{label: metrics, fault: metrics}}
+    - {{label: graphs, cuda_graph: step, compile: blocks}}
     - {{label: healthy2, mbs: 2}}
 steps: {{warmup: 1, measure: 2}}
 timeout: 30
@@ -79,13 +80,18 @@ timeout: 30
     by_label = {r["label"]: r for r in store.read_records(summary.run)}
     assert {k: v["status"] for k, v in by_label.items()} == {
         "healthy": "ok", "oom": "oom", "cpu_oom": "oom", "segv": "crash", "hang": "timeout", "nan": "diverged",
-        "raise": "error", "graphs": "skipped", "healthy2": "ok"}
+        "raise": "error", "metrics": "error", "graphs": "skipped", "healthy2": "ok"}
     assert by_label["oom"]["metrics"]["oom_step"] == 0
     assert "out of memory at step 0" in by_label["oom"]["reason"]
     assert by_label["segv"]["metrics"]["signal"] == "SIGSEGV" and "SIGSEGV" in by_label["segv"]["reason"]
-    assert "30 s" in by_label["hang"]["reason"]
+    # a hang names its phase and where it stood (the worker's stacks, dumped before the kill)
+    assert "30 s" in by_label["hang"]["reason"] and "in phase 'first step" in by_label["hang"]["reason"]
+    assert "tinywork.py" in by_label["hang"]["reason"] and "in loss" in by_label["hang"]["reason"]
     assert "non-finite loss at step 0" in by_label["nan"]["reason"]
     assert "ValueError: fixture failure" in by_label["raise"]["reason"]
+    # a failure after the measured steps (the workload's own figures) is an error with its traceback
+    assert by_label["metrics"]["reason"].startswith("after the measured steps: RuntimeError")
+    assert "extra_metrics" in by_label["metrics"]["extra"]["traceback"]
     assert "needs a CUDA device" in by_label["graphs"]["reason"]
     assert by_label["healthy2"]["metrics"]["step_time_s"] > 0
 

@@ -195,7 +195,8 @@ def test_every_knob_value_is_accepted_or_skipped_with_a_reason(knob, value):
 
 
 def test_generic_knobs_wallx_cannot_take_are_skipped_with_a_reason():
-    assert "cuda_graph" in WallX(TINY, {"cuda_graph": "attention"}, CPU).skip_reason()
+    graphs = WallX(TINY, {**knob_table.defaults_for(WallX), "cuda_graph": "attention"}, CPU)
+    assert "does not support it" in graphs.harness_skip_reason(world_size=1)
     if torch.cuda.is_available():
         reason = WallX(TINY, {"vision_attention": "flash", "precision": "fp32"}, torch.device("cuda")).skip_reason()
         assert "fp32" in reason

@@ -29,12 +29,18 @@ GENERIC: dict[str, Knob] = {
     "precision": Knob("bf16_mixed", "bf16_mixed: fp32 master weights + bf16 compute; bf16: pure bf16; fp32",
                       ("bf16_mixed", "bf16", "fp32")),
     "recompute": Knob("off", "activation checkpointing per block", ("off", "full", "selective")),
+    "recompute_impl": Knob("non_reentrant", "how a checkpointed block is replayed: non_reentrant (torch's "
+                           "recommended) or reentrant (RLinf's default: CUDA-graphed regions inside work; full only)",
+                           ("non_reentrant", "reentrant")),
     "compile": Knob("off", "off | full (whole model) | <region>[+<region>] (regional compile of each block)"),
     "cuda_graph": Knob("off", "attention: the workload's attention helpers as CUDA graphs; "
                        "step: the compiled regions' forward+backward as CUDA graphs", ("off", "attention", "step")),
     "sharding": Knob("none", "data parallelism", ("none", "ddp", "fsdp2_full", "fsdp2_grad_op", "fsdp2_hybrid")),
     "replicate": Knob(1, "fsdp2_hybrid: replica groups (the rest of the world shards)", type=int),
-    "offload": Knob("none", "optimizer: optimizer state and step on the CPU", ("none", "optimizer")),
+    "offload": Knob("none", "optimizer: optimizer state and step on the CPU (torch's fused CPU AdamW)",
+                    ("none", "optimizer")),
+    "offload_shards": Knob(1, "offload=optimizer without sharding: ZeRO-2's split of the optimizer state over "
+                           "this many ranks; this process steps its 1/N share (official DreamZero-5B: 4)", type=int),
     "alloc": Knob("default", "CUDA caching allocator setting", ("default", "expandable_segments")),
     "deterministic": Knob(False, "torch.use_deterministic_algorithms (strict: an op without a "
                           "deterministic kernel fails the point)", (False, True)),

@@ -1,12 +1,18 @@
-"""recompute: activation checkpointing per block (non-reentrant), full or selective.
+"""recompute: activation checkpointing per block, full or selective; ``recompute_impl`` picks
+non-reentrant (torch's recommended) or reentrant checkpointing (RLinf's default, which keeps
+CUDA-graphed regions inside a checkpointed block working: PT #154306).
 
-Selective keeps the outputs of matmuls and attention and recomputes the cheap element-wise ops."""
+Selective keeps the outputs of matmuls and of every attention kernel (SDPA's, FlexAttention's,
+varlen attention's, and compiled regions'), as torchtitan's save list does, and recomputes the
+cheap element-wise ops."""
 
 from __future__ import annotations
 
 import functools
 
 import torch
+import torch._higher_order_ops as higher_order_ops
+import torch.nn.attention.varlen  # noqa: F401  (registers torch.ops.torch_attn before the list names it)
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
@@ -17,17 +23,22 @@ _SAVE = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten
          torch.ops.aten._scaled_dot_product_efficient_attention.default,
          torch.ops.aten._scaled_dot_product_flash_attention.default,
          torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-         torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
+         torch.ops.aten._scaled_dot_product_attention_math.default,
+         torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+         torch.ops.torch_attn._varlen_attn.default,
+         higher_order_ops.flex_attention}
+# compiled regions run as one higher-order op where this torch has it (2.10+)
+_SAVE |= {op for op in [getattr(higher_order_ops, "inductor_compiled_code", None)] if op is not None}
 
 
 def _policy(ctx, op, *args, **kwargs):
     return CheckpointPolicy.MUST_SAVE if op in _SAVE else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def apply(parts: ModelParts, mode: str) -> None:
+def apply(parts: ModelParts, mode: str, reentrant: bool = False) -> None:
     if mode == "off":
         return
-    kwargs = {"checkpoint_impl": CheckpointImpl.NO_REENTRANT}
+    kwargs = {"checkpoint_impl": CheckpointImpl.REENTRANT if reentrant else CheckpointImpl.NO_REENTRANT}
     if mode == "selective":
         kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _policy)
     replace_blocks(parts, lambda block: checkpoint_wrapper(block, **kwargs))

@@ -20,8 +20,15 @@ from benchbay.knobs.offload import CPUOffloadedOptimizer
 from benchbay.workloads.base import TrainingWorkload
 
 
-def skip_reason(knobs: dict[str, Any], device: torch.device, world_size: int) -> str | None:
+def skip_reason(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.device,
+                world_size: int) -> str | None:
     """Why this combination of generic knobs cannot run here (None if it can)."""
+    graphs = type(workload).graphs
+    if knobs["cuda_graph"] not in graphs:
+        return (f"cuda_graph={knobs['cuda_graph']}: workload {workload.name} does not support it "
+                f"(supports {', '.join(graphs)})")
+    if knobs["recompute"] == "selective" and knobs["recompute_impl"] == "reentrant":
+        return "recompute=selective needs recompute_impl=non_reentrant (selective checkpoint contexts)"
     if knobs["cuda_graph"] != "off" and device.type != "cuda":
         return f"cuda_graph={knobs['cuda_graph']} needs a CUDA device (running on {device.type})"
     if knobs["cuda_graph"] == "step" and knobs["compile"] == "off":
@@ -44,7 +51,7 @@ class TrainStep:
 
     def __call__(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         self.optimizer.zero_grad(set_to_none=True)
-        if self.graphs:
+        if self.graphs:  # outputs of the previous step's graphs may be overwritten from here on
             torch.compiler.cudagraph_mark_step_begin()
         with self.autocast():
             loss, parts = self.workload.loss(self.model, batch)
@@ -67,14 +74,14 @@ def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.dev
     for module in parts.frozen:
         module.requires_grad_(False).eval()
     precision.apply(parts, knobs["precision"])
-    recompute.apply(parts, knobs["recompute"])
+    recompute.apply(parts, knobs["recompute"], reentrant=knobs["recompute_impl"] == "reentrant")
     compile_knob.apply(parts, knobs["compile"], knobs["cuda_graph"])
     model = sharding.apply(parts, knobs, device)
     params = [p for p in parts.model.parameters() if p.requires_grad]
     if knobs["offload"] == "optimizer" and knobs["sharding"] == "none":
-        optimizer = CPUOffloadedOptimizer(params, workload.optimizer)
+        optimizer = CPUOffloadedOptimizer(params, workload.optimizer, knobs["offload_shards"])
     else:
         optimizer = workload.optimizer(params)
     return TrainStep(workload, model, params, optimizer,
                      lambda: precision.autocast(knobs["precision"], device),
-                     graphs=knobs["cuda_graph"] == "step")
+                     graphs=knobs["cuda_graph"] != "off")

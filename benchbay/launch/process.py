@@ -75,6 +75,7 @@ class Finished:
     returncode: int | None
     timed_out: bool
     tail: str  # the end of the log
+    stall: str = ""  # a timed-out point: its last phase and innermost frames
 
 
 def run_point(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launch = Launch()) -> dict[str, Any]:
@@ -106,13 +107,15 @@ def run_ranks(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launc
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
+            _dump_stacks(proc)
             _kill(proc)
         except BaseException:
             _kill(proc)
             raise
     results = [json.loads(p.read_text()) for p in sorted(workdir.glob("result*.json"))]
-    tail = log_path.read_text(errors="replace")[-3000:]
-    return Finished(results, proc.returncode, timed_out, tail)
+    log = log_path.read_text(errors="replace")
+    # a hang: the phase it was in and where it stood, wherever they are in the log
+    return Finished(results, proc.returncode, timed_out, log[-3000:], stall_summary(log) if timed_out else "")
 
 
 def die_with_parent() -> None:
@@ -122,6 +125,24 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+STACK_DUMP_WAIT_S = 3.0
+
+
+def _dump_stacks(proc: subprocess.Popen) -> None:
+    """Ask every process of the point for its threads' stacks (the worker registers SIGUSR1 with
+    faulthandler), so that a hang names where it hangs in the log."""
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            if "benchbay.launch.worker" in " ".join(p.cmdline()):
+                p.send_signal(signal.SIGUSR1)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=STACK_DUMP_WAIT_S)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -198,8 +219,9 @@ def _no_result(done: Finished, timeout: float, partial: int,
     returncode, tail = done.returncode, done.tail
     base = {"metrics": {"exit_code": returncode}, "series": {}, "extra": {"log_tail": tail}}
     if done.timed_out:
+        where = done.stall
         return {**base, "status": "timeout", "reason": f"no result within {timeout:g} s (killed)"
-                + (f"; {partial} rank(s) had finished" if partial else "")}
+                + (f"; {partial} rank(s) had finished" if partial else "") + (f"; {where}" if where else "")}
     if lost:
         rank, code, first = lost
         why = "(the first rank to fail)" if first else "(it left no result; the other ranks' errors follow)"
@@ -208,11 +230,34 @@ def _no_result(done: Finished, timeout: float, partial: int,
             return {**base, "status": "crash", "reason": f"rank {rank} killed by {_signal_name(-code)} {why}"}
         return {**base, "status": "crash", "reason": f"rank {rank} ended with exit code {code} without a result "
                 f"{why}"}
+    where = f" in phase '{phase}'" if (phase := last_phase(tail)) else ""
     if returncode is not None and returncode < 0:
         sig = _signal_name(-returncode)
         base["metrics"]["signal"] = sig
-        return {**base, "status": "crash", "reason": f"killed by {sig}: {_last_line(tail)}"}
-    return {**base, "status": "crash", "reason": f"exit code {returncode} without a result: {_last_line(tail)}"}
+        return {**base, "status": "crash", "reason": f"killed by {sig}{where}: {_last_line(tail)}"}
+    return {**base, "status": "crash",
+            "reason": f"exit code {returncode} without a result{where}: {_last_line(tail)}"}
+
+
+PHASE_MARK = "benchbay phase: "  # how benchbay.launch.worker announces a phase in its log
+_CURRENT_THREAD = re.compile(r"Current thread 0x[0-9a-f]+ \(most recent call first\):\n((?:  File .*\n?)+)")
+
+
+def last_phase(log: str) -> str | None:
+    lines = [line[len(PHASE_MARK):] for line in log.splitlines() if line.startswith(PHASE_MARK)]
+    return lines[-1] if lines else None
+
+
+def stall_summary(log: str, frames: int = 4) -> str:
+    """'in phase X at <innermost frames of the main thread>' from a worker log with a stack dump."""
+    parts = []
+    if phase := last_phase(log):
+        parts.append(f"in phase '{phase}'")
+    dumps = _CURRENT_THREAD.findall(log)
+    if dumps:
+        where = [line.strip() for line in dumps[-1].strip().splitlines()[:frames]]
+        parts.append("at " + " <- ".join(where))
+    return "; ".join(parts)
 
 
 def _signal_name(number: int) -> str:
@@ -223,5 +268,6 @@ def _signal_name(number: int) -> str:
 
 
 def _last_line(tail: str) -> str:
-    lines = [x for x in tail.strip().splitlines() if x.strip(" =-")]  # not a rule of "=" or "-"
+    # not a rule of "=" or "-", nor the worker's own phase marks
+    lines = [x for x in tail.strip().splitlines() if x.strip(" =-") and not x.startswith(PHASE_MARK)]
     return lines[-1][:300] if lines else "(no output)"

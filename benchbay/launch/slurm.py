@@ -95,7 +95,8 @@ def _combine(nodes: list[Finished]) -> Finished:
     return Finished(results=[r for n in nodes for r in n.results],
                     returncode=next((c for c in codes if c), codes[0]),
                     timed_out=any(n.timed_out for n in nodes),
-                    tail="\n".join(n.tail for n in nodes)[-3000:])
+                    tail="\n".join(n.tail for n in nodes)[-3000:],
+                    stall="; ".join(n.stall for n in nodes if n.stall))
 
 
 def _job_failure(job: submitit.Job, exc: Exception, executor_info: dict[str, Any]) -> dict[str, Any]:

@@ -8,13 +8,16 @@ leaves no result file and is classified by the parent (benchbay.launch.process).
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import math
 import os
+import signal
 import socket
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +27,9 @@ from benchbay.collect import memory
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
-from benchbay.knobs import training
+from benchbay.launch.process import PHASE_MARK, die_with_parent
 from benchbay.workloads import registry
-from benchbay.workloads.base import TrainingWorkload
+from benchbay.workloads.base import Workload
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory")
 
@@ -73,7 +76,7 @@ class _NoProfiler(contextlib.nullcontext):
 PROFILED_STEPS = 3
 
 
-def _profiler(spec: dict[str, Any], measured_steps: int):
+def _profiler(spec: dict[str, Any], steps: dict[str, Any]):
     """torch.profiler over a few extra steps after the measured ones (so its overhead stays out
     of the timings) when the point is profiled (benchbay.collect.profile)."""
     if not spec.get("profile"):
@@ -81,7 +84,28 @@ def _profiler(spec: dict[str, Any], measured_steps: int):
     from benchbay.collect.profile import StepProfiler
 
     # the profiler's own warm-up step (tracing already on) is the first extra step, never a timed one
-    return StepProfiler(Path(spec["profile_dir"]), warmup=measured_steps + 1, active=PROFILED_STEPS)
+    measured = steps["warmup"] + steps["measure"]
+    return StepProfiler(Path(spec["profile_dir"]), warmup=measured + 1, active=PROFILED_STEPS)
+
+
+_STARTED = time.perf_counter()
+
+
+def phase(name: str) -> None:
+    """Say in the point's log which phase the worker is in: a point that times out is named by
+    its last phase (benchbay.launch.process reads the log)."""
+    print(f"{PHASE_MARK}{name} (at {time.perf_counter() - _STARTED:.1f} s)", flush=True)
+
+
+@dataclass
+class Measured:
+    """What the step loop leaves behind."""
+
+    times: list[float]
+    build_s: float | None = None  # workload.prepare: the model built and the knobs applied
+    losses: list[torch.Tensor] = field(default_factory=list)
+    grad_norms: list[torch.Tensor] = field(default_factory=list)
+    step_index: int = -1  # the step running when something failed; -1: before the first
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -92,88 +116,95 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.set_device(device)
     knobs = spec["knobs"]
     torch.manual_seed(knobs.get("seed", 0))
-    cls = registry.resolve(spec["workload"])
-    workload = cls(spec["params"], knobs, device)
+    workload = registry.resolve(spec["workload"])(spec["params"], knobs, device)
     result: dict[str, Any] = {"status": "ok", "reason": None, "rank": rank, "world_size": world,
                               "metrics": {}, "series": {}, "extra": {}}
-    reason = (training.skip_reason(knobs, device, world) if isinstance(workload, TrainingWorkload) else None) \
-        or workload.skip_reason()
+    reason = workload.harness_skip_reason(world) or workload.skip_reason()
     if reason:
         return {**result, "status": "skipped", "reason": reason}
     needs_group = world > 1 or knobs.get("sharding", "none") != "none"
     if needs_group:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device
                                              if device.type == "cuda" else None)
-    steps = spec["steps"]
-    total = steps["warmup"] + steps["measure"]
-    timer = StepTimer(device)
-    losses: list[torch.Tensor] = []
-    grad_norms: list[torch.Tensor] = []
-    step_index = -1
     sampler = SystemSampler(device.index if device.type == "cuda" else None)  # started at the measured steps
+    measured = Measured(times=[])
     try:
-        if isinstance(workload, TrainingWorkload):
-            train_step = training.prepare(workload, knobs, device)
-
-            def one_step(i: int):
-                with torch.profiler.record_function("data"):
-                    batch = workload.batch(i)
-                loss, grad_norm, _ = train_step(batch)
-                losses.append(loss)
-                grad_norms.append(grad_norm)
-        else:
-            workload.setup()
-
-            def one_step(i: int):
-                value = workload.step(i)
-                if value is not None:
-                    losses.append(torch.as_tensor(value, dtype=torch.float32))
-
-        profiler = _profiler(spec, total)
-        extra_steps = PROFILED_STEPS + 1 if spec.get("profile") else 0
-        snapshot = MemorySnapshot.from_spec(spec, device)
-        with profiler, snapshot:
-            for step_index in range(total + extra_steps):
-                if step_index == steps["warmup"]:  # figures of the measured steps only
-                    memory.reset(device)
-                    sampler.start()
-                if step_index < total:
-                    timer.start()
-                one_step(step_index)
-                if step_index < total:
-                    timer.stop()
-                if step_index == total - 1:
-                    sampler.stop()
-                profiler.step()
-        times = timer.times()
-        del losses[total:], grad_norms[total:]  # profiled steps after the measured ones
+        profiler, snapshot = _profiler(spec, spec["steps"]), MemorySnapshot.from_spec(spec, device)
+        _measure(workload, spec, device, sampler, profiler, snapshot, measured)
+        phase("metrics")
+        result.update(_figures(workload, spec, device, measured, sampler, profiler, snapshot))
     except Exception as exc:  # classified below; the sweep goes on in the parent
-        return {**result, **_failure(exc, step_index, device)}
+        return {**result, **_failure(exc, measured.step_index, device, after_steps=bool(measured.times))}
     finally:
         sampler.stop()
         if needs_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-
-    loss_values = [float(x) for x in torch.stack(losses).float().cpu()] if losses else []
-    grad_values = [float(x) for x in torch.stack(grad_norms).float().cpu()] if grad_norms else []
-    first, end = _steady_window(times, steps)
-    flops = workload.flops_per_sample()
-    metrics = {**summarize(times[first:end]), "first_step_s": times[0], "warmup_steps": first,
-               "samples_per_step": workload.samples_per_step(), "flops_per_sample": flops.get("train"),
-               "frozen_flops_per_sample": flops.get("frozen"),
-               "measured_steps": end - first, **memory.peak(device), **sampler.summary()}
-    result.update(metrics=metrics,
-                  series={"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
-                          **sampler.series},
-                  extra={**workload.extra_metrics(), **profiler.summary(), **snapshot.summary()})
-    bad = [i for i, x in enumerate(loss_values) if not math.isfinite(x)]
+    bad = [i for i, x in enumerate(result["series"]["losses"]) if not math.isfinite(x)]
     if bad:
-        result.update(status="diverged", reason=f"non-finite loss at step {bad[0]} ({loss_values[bad[0]]})")
+        loss = result["series"]["losses"][bad[0]]
+        result.update(status="diverged", reason=f"non-finite loss at step {bad[0]} ({loss})")
     return result
 
 
-def _failure(exc: BaseException, step_index: int, device: torch.device) -> dict[str, Any]:
+def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sampler: SystemSampler,
+             profiler: Any, snapshot: MemorySnapshot, measured: Measured) -> None:
+    """Warm-up, measured and (when profiling) profiled steps; fills ``measured``."""
+    steps = spec["steps"]
+    total = steps["warmup"] + steps["measure"]
+    phase("build")
+    started = time.perf_counter()
+    step = workload.prepare()
+    measured.build_s = time.perf_counter() - started
+    timer = StepTimer(device)
+    extra_steps = PROFILED_STEPS + 1 if spec.get("profile") else 0
+    with profiler, snapshot:
+        for i in range(total + extra_steps):
+            measured.step_index = i
+            if i == 0:
+                phase("first step (compiles and captures happen here)")
+            if i == steps["warmup"]:  # figures of the measured steps only
+                phase(f"measuring steps {i}..{total - 1}")
+                memory.reset(device)
+                sampler.start()
+            if i == total:
+                phase("profiled steps")
+            if i < total:
+                timer.start()
+            out = step(i)
+            if i < total:
+                timer.stop()
+                if out.loss is not None:
+                    measured.losses.append(out.loss)
+                if out.grad_norm is not None:
+                    measured.grad_norms.append(out.grad_norm)
+            if i == total - 1:
+                sampler.stop()
+            profiler.step()
+    measured.times = timer.times()
+
+
+def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, measured: Measured,
+             sampler: SystemSampler, profiler: Any, snapshot: MemorySnapshot) -> dict[str, Any]:
+    """The result's metrics, series and extra figures from the measured steps."""
+    times = measured.times
+    loss_values = [float(x) for x in torch.stack(measured.losses).float().cpu()] if measured.losses else []
+    grad_values = [float(x) for x in torch.stack(measured.grad_norms).float().cpu()] if measured.grad_norms else []
+    first, end = _steady_window(times, spec["steps"])
+    flops = workload.flops_per_sample()
+    metrics = {**summarize(times[first:end]), "build_s": measured.build_s, "first_step_s": times[0],
+               "warmup_steps": first,
+               "samples_per_step": workload.samples_per_step(), "flops_per_sample": flops.get("train"),
+               "frozen_flops_per_sample": flops.get("frozen"),
+               "measured_steps": end - first, **memory.peak(device), **sampler.summary()}
+    return {"metrics": metrics,
+            "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values, **sampler.series},
+            "extra": {**workload.extra_metrics(), **profiler.summary(), **snapshot.summary()}}
+
+
+def _failure(exc: BaseException, step_index: int, device: torch.device, after_steps: bool = False) -> dict[str, Any]:
     message = f"{type(exc).__name__}: {exc}"
+    if after_steps:  # the steps ran; summarising them (FLOPs, the workload's own figures) failed
+        message = f"after the measured steps: {message}"
     tail = "".join(traceback.format_exception(exc))[-4000:]
     if isinstance(exc, torch.OutOfMemoryError) or any(m in str(exc).lower() for m in OOM_MARKERS):
         where = "while building" if step_index < 0 else f"at step {step_index}"
@@ -185,9 +216,9 @@ def _failure(exc: BaseException, step_index: int, device: torch.device) -> dict[
 
 def main(argv: list[str] | None = None) -> int:
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank under torchrun: die with torchrun, which dies with the runner
-        from benchbay.launch.process import die_with_parent
-
         die_with_parent()
+    # a point killed for its timeout is first asked for every thread's stack (into its log)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     spec_path, result_path = (argv or sys.argv[1:])[:2]
     spec = json.loads(Path(spec_path).read_text())
     started = time.time()

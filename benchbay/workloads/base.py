@@ -19,11 +19,13 @@ Minimal user workload (``workload: mypkg.bench:MyStep`` in a suite)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.profiler import record_function
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,18 @@ class ModelParts:
     model: nn.Module
     regions: dict[str, list[nn.Module]] = field(default_factory=dict)
     frozen: list[nn.Module] = field(default_factory=list)
+
+
+@dataclass
+class StepOutput:
+    """What one measured step leaves: its loss (or loss-like value) and gradient norm, if any."""
+
+    loss: torch.Tensor | None = None
+    grad_norm: torch.Tensor | None = None
+
+
+#: a prepared step: step index -> its output
+Step = Callable[[int], StepOutput]
 
 
 class Workload:
@@ -90,6 +104,15 @@ class Workload:
         """Workload-specific figures to store in the record after the measured steps."""
         return {}
 
+    # --- what the harness calls (each kind of workload says how it is run) ----------------------
+    def harness_skip_reason(self, world_size: int) -> str | None:
+        """Why the harness cannot run this point here, beyond ``skip_reason`` (None if it can)."""
+        return None
+
+    def prepare(self) -> Step:
+        """Everything before the first step (build, knobs, files); returns the step to time."""
+        raise NotImplementedError
+
 
 class StepWorkload(Workload):
     """A workload whose step is not a training step (e.g. decoding one sample): the harness only
@@ -102,12 +125,24 @@ class StepWorkload(Workload):
         """One timed step; may return a loss-like value to record."""
         raise NotImplementedError
 
+    def prepare(self) -> Step:
+        self.setup()
+
+        def one(index: int) -> StepOutput:
+            value = self.step(index)
+            return StepOutput(None if value is None else torch.as_tensor(value, dtype=torch.float32))
+
+        return one
+
 
 class TrainingWorkload(Workload):
     """A training step. Subclasses implement build/batch/loss; the harness applies the knobs."""
 
     #: region names this workload's ``build`` returns (``compile`` values are validated against them)
     regions: ClassVar[tuple[str, ...]] = ("blocks",)
+    #: the ``cuda_graph`` values it supports: "step" is the harness's; "attention" only where the
+    #: workload captures its own attention helpers (other values are skipped with the reason)
+    graphs: ClassVar[tuple[str, ...]] = ("off", "step")
 
     # --- to implement -------------------------------------------------------------------------
     def build(self) -> ModelParts:
@@ -126,3 +161,22 @@ class TrainingWorkload(Workload):
     def optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
         """The optimizer over the trainable parameters (after sharding)."""
         return torch.optim.AdamW(params, lr=1e-5)
+
+    # --- the harness's side -------------------------------------------------------------------
+    def harness_skip_reason(self, world_size: int) -> str | None:
+        from benchbay.knobs import training  # the knobs apply to training workloads: imported lazily
+
+        return training.skip_reason(self, self.knob_values, self.device, world_size)
+
+    def prepare(self) -> Step:
+        from benchbay.knobs import training
+
+        train_step = training.prepare(self, self.knob_values, self.device)
+
+        def one(index: int) -> StepOutput:
+            with record_function("data"):
+                batch = self.batch(index)
+            loss, grad_norm, _ = train_step(batch)
+            return StepOutput(loss, grad_norm)
+
+        return one

@@ -3,8 +3,9 @@
 ``attention=sdpa``: one scaled_dot_product_attention call with the dense boolean mask.
 ``attention=flex``: FlexAttention with the BlockMask; always compiled (eager flex materialises the
 whole score matrix), so even a ``compile: off`` point compiles this one call.
-``cuda_graph=attention``: the core is its own ``torch.compile(mode="reduce-overhead")`` region, as
-RLinf captures its attention helpers as CUDA graphs.
+``attention=blockwise``: the official launch pattern, one call per block (blockwise.py).
+``cuda_graph=attention``: the core (blockwise: each of its four helpers) is its own
+``torch.compile(mode="reduce-overhead")`` region, as RLinf captures its attention helpers as CUDA graphs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import flex_attention
+
+from benchbay.workloads.dreamzero.blockwise import BlockwiseAttention, cuda_graphed
+from benchbay.workloads.dreamzero.config import SequenceLayout
 
 #: (q, k, v of shape (batch, tokens, heads, head_dim), mask) -> output of the same shape
 AttentionCore = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
@@ -30,22 +34,14 @@ def flex_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, kernel=fl
     return out.transpose(1, 2)
 
 
-def attention_core(kind: str, cuda_graph: bool) -> AttentionCore:
-    """The core for ``attention`` = "sdpa" | "flex"; as a CUDA-graphed compiled region if asked."""
-    if kind not in ("sdpa", "flex"):
-        raise ValueError(f"attention must be 'sdpa' or 'flex', got {kind!r}")
+def attention_core(kind: str, cuda_graph: bool, layout: SequenceLayout) -> AttentionCore:
+    """The core for ``attention`` = "sdpa" | "flex" | "blockwise"; as CUDA-graphed compiled regions if asked."""
+    if kind not in ("sdpa", "flex", "blockwise"):
+        raise ValueError(f"attention must be 'sdpa', 'flex' or 'blockwise', got {kind!r}")
+    if kind == "blockwise":
+        return BlockwiseAttention(layout, cuda_graph)
     if cuda_graph:
-        core = sdpa_core if kind == "sdpa" else flex_core  # flex is compiled as part of the region
-        graphed = torch.compile(core, mode="reduce-overhead")
-
-        def graphed_core(q, k, v, mask):
-            return graphed(q, k, v, mask)
-
-        # A block.compile() around the core would inline it and drop its CUDA graphs: make the
-        # enclosing graph break here and call the graphed region. (disable() strips a compiled
-        # function down to its original code, hence the plain wrapper; recursive=False leaves the
-        # region's own compilation on.)
-        return torch.compiler.disable(graphed_core, recursive=False)
+        return cuda_graphed(sdpa_core if kind == "sdpa" else flex_core)  # flex is compiled inside the region
     if kind == "sdpa":
         return sdpa_core
     return functools.partial(flex_core, kernel=torch.compile(flex_attention))

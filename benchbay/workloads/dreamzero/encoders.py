@@ -1,6 +1,10 @@
 """The frozen encoders that run inside DreamZero's training step (no grad): the Wan VAE (diffusers
 ``AutoencoderKLWan``), the umT5-xxl text encoder (``UMT5EncoderModel``) and the CLIP ViT-H/14
-vision tower (``CLIPVisionModel``, penultimate hidden states: 257 x 1280 tokens)."""
+vision tower (``CLIPVisionModel``, penultimate hidden states: 257 x 1280 tokens).
+
+``HostSyncEncoders`` (``host_syncs=official``) adds the official step's host synchronisations
+around them: an assert on the normalised video's range, and the prompt zeroing indexed by each
+prompt's length, read from the device one sample at a time."""
 
 from __future__ import annotations
 
@@ -107,3 +111,16 @@ class FrozenEncoders(nn.Module):
         mask = torch.zeros_like(latent[:, :4])
         mask[:, :, 0] = 1
         return torch.cat([mask, latent], dim=1)
+
+
+class HostSyncEncoders(FrozenEncoders):
+    def preprocess(self, video: torch.Tensor) -> torch.Tensor:
+        x = super().preprocess(video)
+        assert x.min() >= -1.0 and x.max() <= 1.0, "videos must be in [-1, 1]"
+        return x
+
+    def encode_text(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.text_encoder(input_ids=ids, attention_mask=mask).last_hidden_state.clone()
+        for i, length in enumerate(mask.gt(0).sum(dim=1)):
+            hidden[i, length:] = 0  # a device scalar as a slice bound: one host sync per sample
+        return hidden

@@ -1,15 +1,16 @@
 """The teacher-forcing self-attention pattern, written once as a FlexAttention ``mask_mod``.
 
-Query -> keys it sees (models.md, as the official training code computes it):
+Query -> keys it sees, as the official training code computes it (its training scripts pass
+``max_chunk_size=4``, which takes the block loop of ``CausalWanSelfAttention``):
 - clean first frame -> the clean first frame;
-- later clean tokens -> every clean token up to and including their own position (the official
-  code issues one causal flash-attention call over the clean half: token-level causal);
+- clean block i -> the clean first frame and clean blocks 0..i, its own block whole (block-causal);
 - noisy first frame -> the noisy first frame;
 - noisy block i and action block i -> clean first frame + clean blocks 0..i-1, noisy block i,
   action block i, state block i;
 - state block i -> state block i.
 
-The same function gives the FlexAttention BlockMask and the dense boolean mask of the SDPA path.
+The same function gives the FlexAttention BlockMask and the dense boolean mask of the SDPA path;
+``attention=blockwise`` issues one call per block over exactly these keys (blockwise.py).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def make_mask_mod(layout: SequenceLayout, device: torch.device | str = "cpu"):
         q_seg, kv_seg = segment[q_idx], segment[kv_idx]
         q_block, kv_block = block[q_idx], block[kv_idx]
         kv_clean = kv_seg == CLEAN
-        clean_query = kv_clean & torch.where(q_block < 0, kv_block < 0, kv_idx <= q_idx)
+        clean_query = kv_clean & (kv_block <= q_block)  # the first frame is block -1: it sees itself only
         first_noisy_query = (kv_seg == NOISY) & (kv_block < 0)
         # noisy block i and action block i: earlier clean blocks (first frame is block -1), then
         # the noisy/action/state tokens of their own block
@@ -71,9 +72,9 @@ def block_mask(layout: SequenceLayout, device: torch.device | str) -> BlockMask:
 
 def allowed_pairs(layout: SequenceLayout) -> int:
     """Number of (query, key) pairs the pattern allows, counted in closed form from the prose."""
-    f, bt, lv = layout.frame_tokens, layout.block_tokens, layout.video_tokens
+    f, bt = layout.frame_tokens, layout.block_tokens
     a, s = layout.actions_per_block, layout.states_per_block
-    clean = f * f + (lv * (lv + 1) - f * (f + 1)) // 2
+    clean = f * f + sum(bt * (f + (i + 1) * bt) for i in range(layout.blocks))
     noisy_first = f * f
     joint = sum((bt + a) * (f + i * bt + bt + a + s) for i in range(layout.blocks))
     states = layout.blocks * s * s

@@ -4,6 +4,9 @@ Video tokens (clean and noisy alike) get Wan's 3-D RoPE: of each head's 128 dims
 the latent frame, 42 with the row and 42 with the column (d - 4(d//6), 2(d//6), 2(d//6)). Action
 and state tokens get 1-D RoPE over the whole head from their own tables (10,240 and 1,024
 positions). Dims rotate in adjacent pairs, as Wan's complex-number formulation does.
+
+Two ways to apply it (the ``kernels`` knob): ``RealRope`` (float32 cos/sin, one rotation per
+tensor) and ``ComplexRope`` (the official complex128 rotation, per half of the sequence).
 """
 
 from __future__ import annotations
@@ -37,15 +40,40 @@ def rope_angles(layout: SequenceLayout, config: TransformerConfig) -> torch.Tens
     return torch.cat([video, video, actions, states])
 
 
-def rope_table(layout: SequenceLayout, config: TransformerConfig, device: torch.device) -> torch.Tensor:
-    """cos and sin of the angles, stacked: shape (2, tokens, head_dim // 2), float32."""
-    angles = rope_angles(layout, config)
-    return torch.stack([angles.cos(), angles.sin()]).to(device=device, dtype=torch.float32)
+class RealRope:
+    """``kernels=fused``: cos and sin in float32, one rotation over the whole sequence."""
+
+    def __init__(self, layout: SequenceLayout, config: TransformerConfig, device: torch.device):
+        angles = rope_angles(layout, config)
+        self.table = torch.stack([angles.cos(), angles.sin()]).to(device=device, dtype=torch.float32)
+
+    def __call__(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Rotate x of shape (batch, tokens, heads, head_dim) in float32; returns ``dtype``."""
+        cos, sin = self.table[0][None, :, None, :], self.table[1][None, :, None, :]
+        pairs = x.float().unflatten(-1, (-1, 2))
+        even, odd = pairs[..., 0], pairs[..., 1]
+        return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2).to(dtype)
 
 
-def apply_rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """Rotate x of shape (batch, tokens, heads, head_dim) in float32; returns float32."""
-    cos, sin = table[0][None, :, None, :], table[1][None, :, None, :]
-    pairs = x.float().unflatten(-1, (-1, 2))
-    even, odd = pairs[..., 0], pairs[..., 1]
-    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+class ComplexRope:
+    """``kernels=official``: Wan's complex128 rotation, as the official layer issues it: the clean
+    and the noisy half apart (the noisy half's table joined with the action and state tables at
+    every call), each cast back on its own, then joined."""
+
+    def __init__(self, layout: SequenceLayout, config: TransformerConfig, device: torch.device):
+        angles = rope_angles(layout, config)
+        polar = torch.polar(torch.ones_like(angles), angles)[:, None].to(device)  # (tokens, 1, head_dim // 2)
+        lv = self.video_tokens = layout.video_tokens
+        self.video = polar[:lv]
+        self.actions, self.states = polar[layout.action_start:layout.state_start], polar[layout.state_start:]
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, table: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        pairs = torch.view_as_complex(x.to(torch.float64).unflatten(-1, (-1, 2)))
+        return torch.view_as_real(pairs * table[None]).flatten(3).to(dtype)
+
+    def __call__(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        lv = self.video_tokens
+        clean = self._rotate(x[:, :lv], self.video, dtype)
+        noisy = self._rotate(x[:, lv:], torch.cat([self.video, self.actions, self.states]), dtype)
+        return torch.cat([clean, noisy], dim=1)

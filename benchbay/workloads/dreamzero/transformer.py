@@ -4,26 +4,34 @@ Teacher forcing: one sequence [clean latent tokens | noisy latent tokens | actio
 tokens] runs through every block; the self-attention pattern (mask.py) keeps it causal per block.
 Every token carries its own adaLN-zero modulation from its timestep: clean video at t = 0, noisy
 video at its latent frame's t, actions at their block's t, each state at its block's action t.
+
+The element-wise work around the matmuls comes in two versions (``Kernels``, the ``kernels``
+knob): benchbay's fused one and the official one, written as the official code writes it
+(WanRMSNorm as separate kernels, RoPE in complex128 per half, every token's timestep embedded in
+float64, attention outputs made contiguous): the same function, more launches and bytes.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from benchbay.workloads.dreamzero.attention import AttentionCore, sdpa_core
+from benchbay.workloads.dreamzero.blockwise import attend
 from benchbay.workloads.dreamzero.config import TransformerConfig
-from benchbay.workloads.dreamzero.rope import apply_rope
+from benchbay.workloads.dreamzero.rope import ComplexRope, RealRope
 
 
-def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sinusoidal embedding [cos | sin] of diffusion timesteps (any shape) -> (..., dim), float32."""
+def timestep_embedding(t: torch.Tensor, dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Sinusoidal embedding [cos | sin] of diffusion timesteps (any shape) -> (..., dim) in ``dtype``."""
     half = dim // 2
-    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
-    args = t.float()[..., None] * freqs
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device, dtype=dtype) / half)
+    args = t.to(dtype)[..., None] * freqs
     return torch.cat([args.cos(), args.sin()], dim=-1)
 
 
@@ -34,33 +42,61 @@ class RMSNorm(nn.RMSNorm):
         return F.rms_norm(x.float(), self.normalized_shape, eps=self.eps) * self.weight
 
 
+class WanRMSNorm(nn.RMSNorm):
+    """The same norm as the official WanRMSNorm writes it: square, mean, rsqrt, scale, cast back
+    and weight, each its own kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+def _attend_all(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return sdpa_core(q, k, v, None)
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """How the element-wise work around the matmuls is written (the ``kernels`` knob)."""
+
+    norm: type[nn.Module]  # the q/k RMSNorm
+    rope: type[RealRope] | type[ComplexRope]  # built by the workload for its sequence layout
+    attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # cross-attention, all keys
+    per_token_time: bool  # embed every token's timestep (official) rather than each distinct one once
+
+
+KERNELS = {"fused": Kernels(RMSNorm, RealRope, _attend_all, per_token_time=False),
+           "official": Kernels(WanRMSNorm, ComplexRope, attend, per_token_time=True)}
+
+
 def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.unflatten(-1, (heads, -1))
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, dim: int, heads: int, eps: float, core: AttentionCore):
+    def __init__(self, dim: int, heads: int, eps: float, core: AttentionCore, kernels: Kernels):
         super().__init__()
         self.heads = heads
         self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
-        self.norm_q, self.norm_k = RMSNorm(dim, eps=eps), RMSNorm(dim, eps=eps)
+        self.norm_q, self.norm_k = kernels.norm(dim, eps=eps), kernels.norm(dim, eps=eps)
         self.core = core
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RealRope | ComplexRope, mask) -> torch.Tensor:
         v = _split_heads(self.v(x), self.heads)
-        q = apply_rope(_split_heads(self.norm_q(self.q(x)), self.heads), rope).to(v.dtype)
-        k = apply_rope(_split_heads(self.norm_k(self.k(x)), self.heads), rope).to(v.dtype)
+        q = rope(_split_heads(self.norm_q(self.q(x)), self.heads), v.dtype)
+        k = rope(_split_heads(self.norm_k(self.k(x)), self.heads), v.dtype)
         return self.o(self.core(q, k, v, mask).flatten(2))
 
 
 class CrossAttention(nn.Module):
     """Wan's i2v cross-attention: text keys/values plus a separate branch over the CLIP tokens."""
 
-    def __init__(self, dim: int, heads: int, eps: float):
+    def __init__(self, dim: int, heads: int, eps: float, kernels: Kernels):
         super().__init__()
         self.heads = heads
         self.q, self.k, self.v, self.o, self.k_img, self.v_img = (nn.Linear(dim, dim) for _ in range(6))
-        self.norm_q, self.norm_k, self.norm_k_img = (RMSNorm(dim, eps=eps) for _ in range(3))
+        self.norm_q, self.norm_k, self.norm_k_img = (kernels.norm(dim, eps=eps) for _ in range(3))
+        self.attend = kernels.attend
 
     def forward(self, x: torch.Tensor, text: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
         h = self.heads
@@ -68,25 +104,24 @@ class CrossAttention(nn.Module):
         q = _split_heads(self.norm_q(self.q(x)), h).to(v.dtype)
         k = _split_heads(self.norm_k(self.k(text)), h).to(v.dtype)
         k_img = _split_heads(self.norm_k_img(self.k_img(image)), h).to(v.dtype)
-        out = sdpa_core(q, k, v, None) + sdpa_core(q, k_img, v_img, None)
-        return self.o(out.flatten(2))
+        return self.o(self.attend(q, k, v).flatten(2) + self.attend(q, k_img, v_img).flatten(2))
 
 
 class CausalWanBlock(nn.Module):
-    def __init__(self, config: TransformerConfig, core: AttentionCore):
+    def __init__(self, config: TransformerConfig, core: AttentionCore, kernels: Kernels):
         super().__init__()
         d, eps = config.dim, config.eps
         self.norm1 = nn.LayerNorm(d, eps=eps, elementwise_affine=False)
-        self.self_attn = SelfAttention(d, config.heads, eps, core)
+        self.self_attn = SelfAttention(d, config.heads, eps, core, kernels)
         self.norm3 = nn.LayerNorm(d, eps=eps, elementwise_affine=True)
-        self.cross_attn = CrossAttention(d, config.heads, eps)
+        self.cross_attn = CrossAttention(d, config.heads, eps, kernels)
         self.norm2 = nn.LayerNorm(d, eps=eps, elementwise_affine=False)
         self.ffn = nn.Sequential(nn.Linear(d, config.ffn_dim), nn.GELU(approximate="tanh"),
                                  nn.Linear(config.ffn_dim, d))
         self.modulation = nn.Parameter(torch.randn(1, 6, d) / d**0.5)
 
     def forward(self, x: torch.Tensor, e: torch.Tensor, text: torch.Tensor, image: torch.Tensor,
-                rope: torch.Tensor, mask) -> torch.Tensor:
+                rope: RealRope | ComplexRope, mask) -> torch.Tensor:
         """x: (B, L, d); e: per-token time projection (B, L, 6, d)."""
         shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = (self.modulation + e).unbind(2)
         x = x + self.self_attn(self.norm1(x) * (1 + scale_a) + shift_a, rope, mask) * gate_a
@@ -124,9 +159,10 @@ class ActionEncoder(nn.Module):
 
 
 class CausalWanModel(nn.Module):
-    def __init__(self, config: TransformerConfig, core: AttentionCore = sdpa_core):
+    def __init__(self, config: TransformerConfig, core: AttentionCore = sdpa_core, kernels: Kernels = KERNELS["fused"]):
         super().__init__()
         self.config = config
+        self.kernels = kernels
         d = config.dim
         self.patch_embedding = nn.Conv3d(config.in_dim, d, kernel_size=config.patch, stride=config.patch)
         self.text_embedding = nn.Sequential(nn.Linear(config.text_dim, d), nn.GELU(approximate="tanh"),
@@ -135,7 +171,7 @@ class CausalWanModel(nn.Module):
         self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
         self.img_emb = nn.Sequential(nn.LayerNorm(config.clip_dim), nn.Linear(config.clip_dim, config.clip_dim),
                                      nn.GELU(), nn.Linear(config.clip_dim, d), nn.LayerNorm(d))
-        self.blocks = nn.ModuleList(CausalWanBlock(config, core) for _ in range(config.layers))
+        self.blocks = nn.ModuleList(CausalWanBlock(config, core, kernels) for _ in range(config.layers))
         self.head = Head(config)
         self.state_encoder = nn.Sequential(nn.Linear(config.state_dim, config.adapter_hidden), nn.ReLU(),
                                            nn.Linear(config.adapter_hidden, d))
@@ -159,7 +195,7 @@ class CausalWanModel(nn.Module):
 
     def forward(self, noisy_video: torch.Tensor, clean_video: torch.Tensor, timesteps: torch.Tensor,
                 noisy_actions: torch.Tensor, action_timesteps: torch.Tensor, states: torch.Tensor,
-                text: torch.Tensor, image: torch.Tensor, rope: torch.Tensor, mask,
+                text: torch.Tensor, image: torch.Tensor, rope: RealRope | ComplexRope, mask,
                 condition: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """noisy/clean_video: (B, z, F, h, w) latents; timesteps: (B, F); noisy_actions: (B, A, 32);
         action_timesteps: (B, A); states: (B, S, 64); text: (B, T, 4096); image: (B, 257, 1280);
@@ -176,7 +212,8 @@ class CausalWanModel(nn.Module):
         x = torch.cat([clean, noisy, actions, self.state_encoder(states.to(dtype))], dim=1)
 
         frame_tokens = grid[1] * grid[2]
-        e_noisy, e_tokens = self._time_conditioning(timesteps, action_timesteps, states.shape[1], frame_tokens, dtype)
+        conditioning = self._time_per_token if self.kernels.per_token_time else self._time_conditioning
+        e_noisy, e_tokens = conditioning(timesteps, action_timesteps, states.shape[1], frame_tokens, dtype)
         text = self.text_embedding(text.to(dtype))
         image = self.img_emb(image.to(dtype))
         for block in self.blocks:
@@ -202,6 +239,21 @@ class CausalWanModel(nn.Module):
                               e0[:, frames:2 * frames].repeat_interleave(frame_tokens, dim=1),
                               e0[:, 2 * frames:]], dim=1)
         return e[:, frames:2 * frames].repeat_interleave(frame_tokens, dim=1), e_tokens
+
+    def _time_per_token(self, timesteps: torch.Tensor, action_timesteps: torch.Tensor, states: int,
+                        frame_tokens: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """As ``_time_conditioning``, the official way: every token's timestep embedded (in float64)
+        and projected, the clean half's zeros too."""
+        video = timesteps.repeat_interleave(frame_tokens, dim=1)
+        noisy = torch.cat([video, action_timesteps, action_timesteps[:, :: action_timesteps.shape[1] // states]], dim=1)
+
+        def embed(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            e = self.time_embedding(timestep_embedding(t, self.config.freq_dim, torch.float64).to(dtype))
+            return e, self.time_projection(e).unflatten(-1, (6, -1))
+
+        e, e0 = embed(noisy)
+        _, e0_clean = embed(torch.zeros_like(video))
+        return e[:, :video.shape[1]], torch.cat([e0_clean, e0], dim=1)
 
     def _unpatchify(self, x: torch.Tensor, grid: torch.Size) -> torch.Tensor:
         f, h, w = grid

@@ -3,6 +3,11 @@
 One step, as the official ``WANPolicyHead.forward`` runs it: frozen encoders (VAE, umT5, CLIP) on
 the raw batch, flow-matching noise, the CausalWanModel forward in teacher forcing, video + action
 losses. Real dimensions, random weights, synthetic batches of the real shapes.
+
+The official step itself is these knobs together: ``attention=blockwise`` (its launch pattern),
+``host_syncs=official``, ``kernels=official``, ``encoders=per_sample``, ``duplicate_vae_encode=true``
+(with the harness's ``recompute=full``, ``compile=off``, ``precision=bf16``). Each of them is the
+same function computed another way, so one knob at a time shows what it costs.
 """
 
 from __future__ import annotations
@@ -17,22 +22,31 @@ from benchbay.workloads.base import Choice, ModelParts, TrainingWorkload
 from benchbay.workloads.dreamzero import flops, mask
 from benchbay.workloads.dreamzero.attention import attention_core
 from benchbay.workloads.dreamzero.config import Preset, preset
-from benchbay.workloads.dreamzero.encoders import Conditioning, FrozenEncoders
-from benchbay.workloads.dreamzero.flow import FlowMatching, action_loss
-from benchbay.workloads.dreamzero.rope import rope_table
-from benchbay.workloads.dreamzero.transformer import CausalWanModel
+from benchbay.workloads.dreamzero.encoders import Conditioning, FrozenEncoders, HostSyncEncoders
+from benchbay.workloads.dreamzero.flow import FlowMatching, HostSyncFlowMatching, action_loss
+from benchbay.workloads.dreamzero.transformer import KERNELS, CausalWanModel
 
 # generic knobs this workload reads (the harness passes every knob; tests may pass a few)
-_GENERIC_DEFAULTS = {"cuda_graph": "off", "recompute": "off", "precision": "bf16_mixed", "seed": 0}
+_GENERIC_DEFAULTS = {"cuda_graph": "off", "recompute": "off", "recompute_impl": "non_reentrant",
+                     "precision": "bf16_mixed", "seed": 0}
 
 
 class DreamZero(TrainingWorkload):
     name = "dreamzero"
     regions = ("blocks",)
     params = {"preset": "dreamzero-5b", "layers": None}
+    graphs = ("off", "attention", "step")
     knobs = {
-        "attention": Choice(("flex", "sdpa"), "self-attention: flex = compiled FlexAttention with a BlockMask; "
-                            "sdpa = one SDPA call with the dense boolean mask"),
+        "attention": Choice(("flex", "sdpa", "blockwise"),
+                            "self-attention: flex = compiled FlexAttention with a BlockMask; sdpa = one SDPA call "
+                            "with the dense boolean mask; blockwise = the official loop, one unmasked SDPA call per "
+                            "block over its keys (18 per layer)"),
+        "host_syncs": Choice(("none", "official"), "official: the official step's host synchronisations (schedule "
+                             "drawn on the CPU, sigma and loss-weight look-ups through the CPU, range asserts, "
+                             "prompt zeroing per sample); none: everything stays on the device"),
+        "kernels": Choice(("fused", "official"), "official: element-wise work as the official code writes it "
+                          "(WanRMSNorm unfused, complex128 RoPE per half, per-token float64 time embedding, "
+                          "contiguous attention outputs, foreach AdamW); fused: benchbay's fused versions and AdamW"),
         "encoders": Choice(("batched", "per_sample"), "run the VAE and CLIP over the micro-batch at once, or one "
                            "sample at a time as the official code does (umT5 is batched in both)"),
         "duplicate_vae_encode": Choice((False, True), "also VAE-encode the first-frame-plus-zeros clip where the "
@@ -54,11 +68,10 @@ class DreamZero(TrainingWorkload):
     def skip_reason(self) -> str | None:
         if self.knob("attention") == "flex" and self.device.type == "cpu":
             return "attention=flex cannot train on CPU: FlexAttention has no backward there (forward only)"
-        if self.knob("cuda_graph") == "attention" and self.device.type != "cuda":
-            return f"cuda_graph=attention captures CUDA graphs: needs a CUDA device (running on {self.device.type})"
-        if self.knob("cuda_graph") == "attention" and self.knob("recompute") != "off":
-            return ("cuda_graph=attention inside per-block activation checkpointing fails "
-                    "('graph recording observed an input tensor deallocate', PT #154306)")
+        if (self.knob("cuda_graph") == "attention" and self.knob("recompute") != "off"
+                and self.knob("recompute_impl") == "non_reentrant"):
+            return ("cuda_graph=attention inside non-reentrant activation checkpointing fails ('graph recording "
+                    "observed an input tensor deallocate', PT #154306): use recompute_impl=reentrant, as RLinf does")
         if self.knob("frozen_encoders") == "cached":
             ignored = [f"{k}={self.knob(k)}" for k in ("encoders", "duplicate_vae_encode")
                        if self.knob(k) != self.knobs[k].default]
@@ -67,15 +80,18 @@ class DreamZero(TrainingWorkload):
         return None
 
     def build(self) -> ModelParts:
-        core = attention_core(self.knob("attention"), cuda_graph=self.knob("cuda_graph") == "attention")
+        kernels, official_syncs = KERNELS[self.knob("kernels")], self.knob("host_syncs") == "official"
+        core = attention_core(self.knob("attention"), self.knob("cuda_graph") == "attention", self.layout)
         with torch.device(self.device):
-            encoders = FrozenEncoders(self.preset).to(self._frozen_dtype()).requires_grad_(False).eval()
-            model = CausalWanModel(self.preset.transformer, core)
-        self.flow = FlowMatching(self.device)
-        self.rope = rope_table(self.layout, self.preset.transformer, self.device)
+            encoders = (HostSyncEncoders if official_syncs else FrozenEncoders)(self.preset)
+            encoders = encoders.to(self._frozen_dtype()).requires_grad_(False).eval()
+            model = CausalWanModel(self.preset.transformer, core, kernels)
+        self.flow = (HostSyncFlowMatching if official_syncs else FlowMatching)(self.device)
+        self.rope = kernels.rope(self.layout, self.preset.transformer, self.device)
+        self.attention_mask = None  # blockwise: the core knows its blocks
         if self.knob("attention") == "flex":
             self.attention_mask = mask.block_mask(self.layout, self.device)
-        else:
+        elif self.knob("attention") == "sdpa":
             self.attention_mask = mask.dense_mask(self.layout, self.device)
             if self.knob("cuda_graph") == "attention":
                 # a constant input of every graphed call: keep it in place rather than copy it per replay
@@ -111,34 +127,37 @@ class DreamZero(TrainingWorkload):
         states = torch.randn(b, s.states, c.state_dim, generator=g, device=self.device)
         states[..., s.state_valid_dims:] = 0
         out["states"] = states
+        # drawn apart from the other tensors: host_syncs=official draws them on the CPU
         out["frame_ids"], out["action_ids"] = self.flow.sample_ids(
-            b, self.layout.latent_frames, s.frames_per_block, self.layout.actions_per_block, g, self.device)
+            b, self.layout.latent_frames, s.frames_per_block, self.layout.actions_per_block, self._seed(step) + 2**31)
         out["video_noise"] = torch.randn(b, self.preset.z_dim, self.layout.latent_frames, *self.preset.latent_hw,
                                          generator=g, device=self.device)
         out["action_noise"] = torch.randn(b, s.actions, c.action_dim, generator=g, device=self.device)
         return out
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        if self.knob("cuda_graph") == "attention":
-            torch.compiler.cudagraph_mark_step_begin()
+        if self.knob("host_syncs") == "official":
+            actions = batch["actions"]
+            assert actions.min() >= -1.0 and actions.max() <= 1.0, "actions must be in [-1, 1]"
         with record_function("frozen_encoders"):
             cond = self._conditioning(batch)
         with record_function("forward"):
             noisy_video, video_target = self.flow.noise(cond.latents, batch["video_noise"], batch["frame_ids"], dim=2)
             noisy_actions, action_target = self.flow.noise(batch["actions"], batch["action_noise"],
                                                            batch["action_ids"], dim=1)
-            timesteps = self.flow.timesteps
             video_pred, action_pred = model(
-                noisy_video, cond.latents, timesteps[batch["frame_ids"]], noisy_actions,
-                timesteps[batch["action_ids"]], batch["states"], cond.text, cond.image, self.rope,
+                noisy_video, cond.latents, self.flow.timesteps_of(batch["frame_ids"]), noisy_actions,
+                self.flow.timesteps_of(batch["action_ids"]), batch["states"], cond.text, cond.image, self.rope,
                 self.attention_mask, condition=cond.condition)
             dynamics = self.flow.video_loss(video_pred, video_target, batch["frame_ids"])
             actions = action_loss(action_pred, action_target, batch["action_mask"])
         return dynamics + actions, {"dynamics_loss": dynamics.detach(), "action_loss": actions.detach()}
 
     def optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-        # fused only where every parameter lives on the GPU (not under CPU optimizer offload)
-        fused = bool(params) and all(p.device.type == "cuda" for p in params)
+        # kernels=official: torch's default (foreach) AdamW, as the HF Trainer's adamw_torch; a CPU
+        # optimizer (offload) is always the fused one, torch's vectorised CPU Adam
+        on_cpu = bool(params) and all(p.device.type == "cpu" for p in params)
+        fused = on_cpu or self.knob("kernels") == "fused"
         return torch.optim.AdamW(params, lr=1e-5, betas=(0.95, 0.999), eps=1e-8, weight_decay=1e-5, fused=fused)
 
     def flops_per_sample(self) -> dict[str, float]:
@@ -160,8 +179,11 @@ class DreamZero(TrainingWorkload):
         # precision knob casts them too); built in it directly so cached encodes use it as well
         return torch.float32 if self.knob("precision") == "fp32" else torch.bfloat16
 
+    def _seed(self, step: int) -> int:
+        return int(self.knob("seed")) * 1_000_003 + step + 1
+
     def _generator(self, step: int) -> torch.Generator:
-        return torch.Generator(self.device).manual_seed(int(self.knob("seed")) * 1_000_003 + step + 1)
+        return torch.Generator(self.device).manual_seed(self._seed(step))
 
     def _raw_inputs(self, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The uint8 canvas clip and the padded prompt (token ids + attention mask)."""

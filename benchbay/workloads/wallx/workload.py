@@ -65,8 +65,6 @@ class WallX(TrainingWorkload):
         if self.knob("attention") == "flex" and self.layout.length < 128:
             # seen on torch 2.11 / H200: 79 tokens fail to lower (NoValidChoicesError), 133 and 255 train
             return f"attention=flex: {self.layout.length} tokens per sample; flex training kernels need >= 128"
-        if self.knob_values.get("cuda_graph") == "attention":
-            return "cuda_graph=attention: wallx has no attention helpers to capture (use cuda_graph=step)"
         return None
 
     def build(self) -> ModelParts:

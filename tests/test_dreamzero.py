@@ -205,6 +205,9 @@ def test_knob_combinations_that_cannot_run_say_why():
                                                           "recompute_impl": "reentrant"}, torch.device("cuda"))
     assert reentrant.skip_reason() is None  # RLinf's way: graphed helpers inside reentrant checkpoints
     assert "no effect" in make(frozen_encoders="cached", encoders="per_sample").skip_reason()
+    flex = DreamZero({"preset": "dreamzero-tiny"}, {"attention": "flex", "recompute": "selective"},
+                     torch.device("cuda"))
+    assert "uncompiled" in flex.skip_reason()
     assert make(frozen_encoders="cached").skip_reason() is None
 
 
@@ -277,11 +280,13 @@ def test_gpu_host_syncs_are_the_official_ones_only():
 
 @gpu
 def test_gpu_selective_recompute_keeps_flex_attention():
-    """FlexAttention's outputs are in the selective save list: backward runs no flex forward."""
+    """FlexAttention's outputs are in the selective save list: backward runs no flex forward
+    (compiled blocks: eager selective checkpointing would run flex uncompiled, so it is refused)."""
     from tests.test_knobs import _AttentionCalls
 
     device = torch.device("cuda")
-    values = {**knob_table.defaults_for(DreamZero), "attention": "flex", "recompute": "selective", "mbs": 1}
+    values = {**knob_table.defaults_for(DreamZero), "attention": "flex", "recompute": "selective", "mbs": 1,
+              "compile": "blocks"}
     workload = DreamZero({"preset": "dreamzero-tiny"}, values, device)
     torch.manual_seed(0)
     step = training.prepare(workload, values, device)

@@ -134,7 +134,7 @@ class _AttentionCalls(TorchDispatchMode):
         self.forward = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
+        name = func.name()  # an aten overload or a higher-order op (flex_attention)
         self.forward += "attention" in name and "backward" not in name
         return func(*args, **(kwargs or {}))
 

@@ -28,7 +28,7 @@ from benchbay.workloads.dreamzero.transformer import KERNELS, CausalWanModel
 
 # generic knobs this workload reads (the harness passes every knob; tests may pass a few)
 _GENERIC_DEFAULTS = {"cuda_graph": "off", "recompute": "off", "recompute_impl": "non_reentrant",
-                     "precision": "bf16_mixed", "seed": 0}
+                     "compile": "off", "precision": "bf16_mixed", "seed": 0}
 
 
 class DreamZero(TrainingWorkload):
@@ -68,6 +68,10 @@ class DreamZero(TrainingWorkload):
     def skip_reason(self) -> str | None:
         if self.knob("attention") == "flex" and self.device.type == "cpu":
             return "attention=flex cannot train on CPU: FlexAttention has no backward there (forward only)"
+        if self.knob("attention") == "flex" and self.knob("recompute") == "selective" and self.knob("compile") == "off":
+            return ("attention=flex with eager selective recompute runs FlexAttention uncompiled (the checkpoint's "
+                    "dispatch mode turns torch.compile off there: the full score matrix is materialised); "
+                    "use compile=blocks, which compiles the checkpoint with it")
         if (self.knob("cuda_graph") == "attention" and self.knob("recompute") != "off"
                 and self.knob("recompute_impl") == "non_reentrant"):
             return ("cuda_graph=attention inside non-reentrant activation checkpointing fails ('graph recording "

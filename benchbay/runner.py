@@ -94,7 +94,8 @@ class SuiteRunner:
         steps = self.suite.steps
         return {"workload": point.workload, "params": point.params, "knobs": point.knobs,
                 "steps": {"warmup": steps.warmup, "measure": steps.measure, "steady": steps.steady},
-                "device": self.device, "profile": False,  # profiled runs are `benchbay profile`'s, kept apart
+                "device": self.device, "timeout": self.suite.timeout,
+                "profile": False,  # profiled runs are `benchbay profile`'s, kept apart
                 "profile_dir": str(self.run / "profiles" / f"{point.point_id}-{repeat}")}
 
     def measure(self, point: Point, repeat: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -107,7 +107,6 @@ def run_ranks(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launc
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _dump_stacks(proc)
             _kill(proc)
         except BaseException:
             _kill(proc)
@@ -127,22 +126,9 @@ def die_with_parent() -> None:
         pass
 
 
-STACK_DUMP_WAIT_S = 3.0
-
-
-def _dump_stacks(proc: subprocess.Popen) -> None:
-    """Ask every process of the point for its threads' stacks (the worker registers SIGUSR1 with
-    faulthandler), so that a hang names where it hangs in the log."""
-    try:
-        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for p in tree:
-        with contextlib.suppress(psutil.Error):
-            if "benchbay.launch.worker" in " ".join(p.cmdline()):
-                p.send_signal(signal.SIGUSR1)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=STACK_DUMP_WAIT_S)
+#: a worker dumps its threads' stacks into its log this long before its point's timeout
+#: (faulthandler's own watchdog thread: it works while the main thread is blocked in C code)
+STACK_DUMP_LEAD_S = 5.0
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -240,7 +226,8 @@ def _no_result(done: Finished, timeout: float, partial: int,
 
 
 PHASE_MARK = "benchbay phase: "  # how benchbay.launch.worker announces a phase in its log
-_CURRENT_THREAD = re.compile(r"Current thread 0x[0-9a-f]+ \(most recent call first\):\n((?:  File .*\n?)+)")
+#: a thread's stack in faulthandler's dump; the main thread (the first started) comes last
+_THREAD_STACK = re.compile(r"Thread 0x[0-9a-f]+ \(most recent call first\):\n((?:  File .*\n?)+)")
 
 
 def last_phase(log: str) -> str | None:
@@ -253,7 +240,7 @@ def stall_summary(log: str, frames: int = 4) -> str:
     parts = []
     if phase := last_phase(log):
         parts.append(f"in phase '{phase}'")
-    dumps = _CURRENT_THREAD.findall(log)
+    dumps = _THREAD_STACK.findall(log)
     if dumps:
         where = [line.strip() for line in dumps[-1].strip().splitlines()[:frames]]
         parts.append("at " + " <- ".join(where))

@@ -12,7 +12,6 @@ import faulthandler
 import json
 import math
 import os
-import signal
 import socket
 import sys
 import time
@@ -27,7 +26,7 @@ from benchbay.collect import memory
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
-from benchbay.launch.process import PHASE_MARK, die_with_parent
+from benchbay.launch.process import PHASE_MARK, STACK_DUMP_LEAD_S, die_with_parent
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
 
@@ -217,10 +216,10 @@ def _failure(exc: BaseException, step_index: int, device: torch.device, after_st
 def main(argv: list[str] | None = None) -> int:
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank under torchrun: die with torchrun, which dies with the runner
         die_with_parent()
-    # a point killed for its timeout is first asked for every thread's stack (into its log)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     spec_path, result_path = (argv or sys.argv[1:])[:2]
     spec = json.loads(Path(spec_path).read_text())
+    if spec.get("timeout"):  # a point about to time out says where it stands, in its log
+        faulthandler.dump_traceback_later(max(spec["timeout"] - STACK_DUMP_LEAD_S, 1.0), exit=False)
     started = time.time()
     result = run(spec)
     result["duration_s"] = time.time() - started

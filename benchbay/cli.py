@@ -7,12 +7,15 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:  # pandas loads lazily: `benchbay --help` and `validate` stay quick
+    import pandas as pd
 
 # soft wrap: a message is one line however narrow the terminal or pipe; tables fit themselves
 console = Console(soft_wrap=True)
@@ -129,6 +132,8 @@ def cmd_profile(args) -> int:
 
 
 def cmd_list(args) -> int:
+    import pandas as pd
+
     from benchbay import knobs
     from benchbay.workloads import registry
 
@@ -260,6 +265,8 @@ def cmd_baseline_save(args) -> int:
 
 
 def cmd_history(args) -> int:
+    import pandas as pd
+
     from benchbay.analysis.history import history
     from benchbay.store import load_runs
 

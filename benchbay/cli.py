@@ -45,11 +45,6 @@ _NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?[x%]?$")
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError)
 
 
-def _fail(message: str) -> int:
-    print(message, file=sys.stderr)  # plain: a terminal-width wrap would split file paths and keys
-    return 2
-
-
 def _print_table(frame: pd.DataFrame, title: str) -> None:
     """A display table fitted to the terminal (long texts cut: the full ones are in --export), or
     on a pipe plain lines as wide as they need."""
@@ -430,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         if os.environ.get("BENCHBAY_TRACEBACK"):
             raise
-        return _fail(f"benchbay {args.command}: {exc}")
+        print(f"benchbay {args.command}: {exc}", file=sys.stderr)  # plain: a wrap would split paths and keys
+        return 2
     except BrokenPipeError:  # the reader (`| head`) stopped reading: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0

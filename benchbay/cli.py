@@ -3,17 +3,70 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from rich import box
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-console = Console()
+if TYPE_CHECKING:  # pandas loads lazily: `benchbay --help` and `validate` stay quick
+    import pandas as pd
+
+# soft wrap: a message is one line however narrow the terminal or pipe; tables fit themselves
+console = Console(soft_wrap=True)
+
+DESCRIPTION = """\
+Benchmark and profile training steps (DreamZero, Wall-X or your own) and video decoders.
+
+A suite (a YAML file under suites/) declares a sweep of configurations. `benchbay run` measures
+each point in a process of its own, appends one record per point to results/<suite>/<run-id>/
+and writes a report to reports/<suite>/; the other commands read those results."""
+
+EXAMPLES = """\
+examples:
+  benchbay validate suites/quickstart.yaml       check a suite before running it
+  benchbay run suites/quickstart.yaml            measure every point, then write reports/quickstart/
+  benchbay show quickstart                       the results of the suite's runs, one table per workload
+  benchbay compare RUN_A RUN_B                   what changed between two runs, with intervals
+  benchbay baseline save quickstart --name main  keep the newest run as this machine's baseline
+  benchbay gate quickstart --baseline main       exit 1 on a real regression (for CI)
+
+exit codes: 0 done; 1 a point failed (run) or a regression (gate); 2 bad input; 130 interrupted.
+Bad input is said in one line; set BENCHBAY_TRACEBACK=1 for the traceback behind it."""
+
+_STATUS_STYLE = {"ok": "green", "skipped": "dim", "": ""}
+_NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?[x%]?$")
+#: what bad input raises (an unknown run, suite, metric or file; a malformed value): one line, exit 2
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError)
 
 
-def _fail(exc: Exception) -> int:
-    print(exc, file=sys.stderr)  # plain: a terminal-width wrap would split file paths and keys
-    return 2
+def _print_table(frame: pd.DataFrame, title: str) -> None:
+    """A display table fitted to the terminal (long texts cut: the full ones are in --export), or
+    on a pipe plain lines as wide as they need."""
+    if not console.is_terminal:
+        widths = [max([len(str(c)), *(len(str(v)) for v in frame[c])]) for c in frame.columns]
+        lines = [title, *("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+                          for row in [frame.columns, *frame.itertuples(index=False)])]
+        print("\n".join(lines) + "\n")
+        return
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold")
+    texts = [c for c in frame.columns if c in ("notes", "reason", "what it does")]
+    for column in frame.columns:
+        # only the long texts are wrappable columns, so only they give way to fit; each cell stays one line
+        numeric = frame[column].map(lambda v: v == "" or bool(_NUMBER.match(str(v)))).all()
+        table.add_column(column, no_wrap=column not in texts, min_width=12 if column in texts else None,
+                         justify="right" if numeric else "left")
+    for row in frame.itertuples(index=False):
+        cells = [Text(str(v), no_wrap=True, overflow="ellipsis",
+                      style=_STATUS_STYLE.get(str(v), "bold red") if c == "status" else "")
+                 for c, v in zip(frame.columns, row, strict=True)]
+        table.add_row(*cells)
+    console.print(table, highlight=False, soft_wrap=False)
 
 
 def _suite(args):
@@ -23,12 +76,7 @@ def _suite(args):
 
 
 def cmd_validate(args) -> int:
-    from benchbay.suite import SuiteError
-
-    try:
-        suite = _suite(args)
-    except SuiteError as exc:
-        return _fail(exc)
+    suite = _suite(args)
     points = suite.expand()
     excluded = sum(1 for p in points if p.excluded)
     workloads = ", ".join(dict.fromkeys(p.workload for p in points))
@@ -39,24 +87,19 @@ def cmd_validate(args) -> int:
 
 def cmd_run(args) -> int:
     from benchbay.runner import SuiteRunner
-    from benchbay.suite import SuiteError
+    from benchbay.suite import parse_scalar
 
-    try:
-        suite = _suite(args)
-    except SuiteError as exc:
-        return _fail(exc)
+    suite = _suite(args)
     resume = True if args.resume == "latest" else (args.resume or False)  # True: the latest run
-    try:
-        from benchbay.suite import parse_scalar
-
-        params = {k: parse_scalar(v) for k, _, v in (x.partition("=") for x in args.executor_param)}
-        runner = SuiteRunner(suite, args.results, resume=resume, executor=args.executor, executor_params=params,
-                             labels=args.point)
-    except (FileNotFoundError, ValueError) as exc:
-        return _fail(exc)
+    params = {k: parse_scalar(v) for k, _, v in (x.partition("=") for x in args.executor_param)}
+    runner = SuiteRunner(suite, args.results, resume=resume, executor=args.executor, executor_params=params,
+                         labels=args.point)
     summary = runner.run_all()
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing new"
     console.print(f"results: {summary.run} ({counts})")
+    if summary.busy:
+        console.print(f"[yellow]{summary.busy} record(s) measured while the machine was not quiet: their figures "
+                      "may hold that noise (the report notes them)[/yellow]")
     if summary.interrupted:
         return 130
     if not args.no_report:
@@ -66,63 +109,61 @@ def cmd_run(args) -> int:
         out = Path(args.report_dir or Path("reports") / suite.name)
         path = build_report(load_runs([summary.run]), out, title=suite.name, suite_meta=suite.raw)
         console.print(f"report: {path}")
-    return 0
+    if not summary.failed:
+        return 0
+    accepted = "accepted (--allow-failures)" if args.allow_failures else "exit code 1 (--allow-failures accepts them)"
+    print(f"{len(summary.failed)} point(s) of the run failed: {accepted}", file=sys.stderr)
+    for line in summary.failed:
+        print(f"  {line}", file=sys.stderr)
+    return 0 if args.allow_failures else 1
 
 
 def cmd_profile(args) -> int:
     from benchbay.profiling import profile_points
-    from benchbay.suite import SuiteError
 
-    try:
-        run = profile_points(_suite(args), args.point, args.results)
-    except (SuiteError, ValueError) as exc:
-        return _fail(exc)
+    run = profile_points(_suite(args), args.point, args.results)
     console.print(f"profiles: {run / 'profiles'} (records: {run})")
     return 0
 
 
 def cmd_list(args) -> int:
+    import pandas as pd
+
     from benchbay import knobs
     from benchbay.workloads import registry
 
-    console.print("[bold]suites[/bold]")
-    for path in sorted(Path(args.suites).glob("*.yaml")):
-        console.print(f"  {path}")
-    console.print("[bold]workloads[/bold]")
-    for name, target in sorted(registry.available().items()):
-        console.print(f"  {name:12s} {target}")
-    console.print("[bold]generic knobs[/bold] (training workloads)")
-    for name, knob in knobs.GENERIC.items():
-        values = "|".join(map(str, knob.values)) if knob.values else (knob.type.__name__ if knob.type else "str")
-        console.print(f"  {name:28s} {values:40s} {knob.help}", highlight=False)
-    for name in sorted(registry.available()):
+    suites = pd.DataFrame({"suite": [str(p) for p in sorted(Path(args.suites).glob("*.yaml"))]})
+    _print_table(suites, "suites")
+    workloads = registry.available()
+    _print_table(pd.DataFrame({"workload": list(workloads), "defined in": list(workloads.values())}), "workloads")
+    rows = [(name, "|".join(map(str, k.values)) if k.values else (k.type.__name__ if k.type else "str"), k.help)
+            for name, k in knobs.GENERIC.items()]
+    _print_table(pd.DataFrame(rows, columns=["knob", "values", "what it does"]), "generic knobs (training workloads)")
+    for name in sorted(workloads):
         try:
             cls = registry.resolve(name)
         except LookupError as exc:
-            console.print(f"[yellow]{name}: {exc}[/yellow]")
+            print(f"{name}: {exc}", file=sys.stderr)
             continue
         if cls.knobs:
-            console.print(f"[bold]{name} knobs[/bold]")
-            for knob, choice in cls.knobs.items():
-                console.print(f"  {knob:28s} {'|'.join(map(str, choice.values)):40s} {choice.help}", highlight=False)
+            rows = [(knob, "|".join(map(str, c.values)), c.help) for knob, c in cls.knobs.items()]
+            _print_table(pd.DataFrame(rows, columns=["knob", "values", "what it does"]), f"{name} knobs")
     return 0
 
 
 def cmd_show(args) -> int:
-    import pandas as pd
-
-    from benchbay.analysis.tables import point_summary, sweep_table
+    from benchbay.analysis.tables import KEY_COLUMNS, device_word, point_summary, sweep_table
+    from benchbay.report import display
     from benchbay.store import export, load_runs
 
     df = load_runs(args.runs, args.results)
-    summary = point_summary(df)
-    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_colwidth", 60,
-                           "display.float_format", "{:.4g}".format):
-        for suite, points in summary.groupby("suite", sort=False):
-            console.print(f"[bold]{suite}[/bold] ({', '.join(sorted(df.loc[df.suite == suite, 'run_id'].unique()))})")
-            console.print(sweep_table(points).to_string(), highlight=False, soft_wrap=True)
+    for suite, points in point_summary(df).groupby("suite", sort=False):
+        runs = ", ".join(sorted(df.loc[df.suite == suite, "run_id"].unique()))
+        for workload, group in points.groupby("workload", sort=False):
+            table = display(sweep_table(group, KEY_COLUMNS), per=device_word(group))
+            _print_table(table, f"{suite}: {workload} ({runs})")
     if args.export:
-        console.print(f"exported: {export(df, args.export)}")
+        console.print(f"exported: {export(df, args.export)} (every column)")
     return 0
 
 
@@ -183,7 +224,7 @@ def _loss_checks(df, specs: list[str]):
 
 
 def cmd_gate(args) -> int:
-    from benchbay.analysis.gate import gate
+    from benchbay.analysis.gate import format_no_baseline, gate
     from benchbay.baselines import find_baseline, run_machine_key
     from benchbay.store import load_runs, read_manifest
 
@@ -192,17 +233,14 @@ def cmd_gate(args) -> int:
     baseline = Path(args.baseline) if args.baseline and Path(args.baseline).is_dir() else find_baseline(
         args.results, run_machine_key(run), name=args.baseline or manifest.get("suite"), suite=manifest.get("suite"))
     if baseline is None:
-        text = (f"no baseline for {run_machine_key(run)} (name {args.baseline or manifest.get('suite')!r}) under "
-                f"{args.results}/baselines: nothing was gated; save one with `benchbay baseline save`")
+        text = format_no_baseline(run_machine_key(run), args.baseline or manifest.get("suite"),
+                                  Path(args.results) / "baselines", args.require_baseline)
         exit_code = 1 if args.require_baseline else 0
     else:
         candidate = load_runs([run])
         thresholds = args.threshold or manifest.get("suite_as_run", {}).get("gate") or None
-        try:
-            result = gate(load_runs([baseline]), candidate, thresholds,
-                          loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob)
-        except ValueError as exc:
-            return _fail(exc)
+        result = gate(load_runs([baseline]), candidate, thresholds,
+                      loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob)
         text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown}"
         exit_code = result.exit_code
     print(text)
@@ -216,10 +254,7 @@ def cmd_baseline_save(args) -> int:
     from benchbay.baselines import save_baseline
 
     runs = [_one_run(run, args.results) for run in args.run]
-    try:
-        target = save_baseline(runs, args.name, args.results)
-    except ValueError as exc:
-        return _fail(exc)
+    target = save_baseline(runs, args.name, args.results)
     console.print(f"baseline: {target} (from {', '.join(map(str, runs))})")
     return 0
 
@@ -254,72 +289,92 @@ def cmd_export_pytest_benchmark(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="benchbay", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _suite_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", help="a suite YAML file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a suite field, e.g. --set steps.measure=5 --set knobs.mbs=2")
 
-    def suite_cmd(name, func, help):
-        p = sub.add_parser(name, help=help)
-        p.add_argument("suite", help="a suite YAML file")
-        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a suite field, e.g. --set steps.measure=5 --set knobs.mbs=2")
-        p.set_defaults(func=func)
-        return p
 
-    def ignore_knob_arg(p):
-        p.add_argument("--ignore-knob", action="append", default=[], metavar="KNOB",
-                       help="match points whatever this knob's value (a deliberate change, e.g. compile)")
-
-    def point_arg(p):
-        p.add_argument("--point", action="append", default=[], metavar="LABEL",
-                       help="only the points with this label (repeatable; default: every point)")
-
-    p = suite_cmd("run", cmd_run, "run every point of a suite, each in its own process")
-    point_arg(p)
+def _results_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default="results", help="results root (default: results)")
+
+
+def _point_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--point", action="append", default=[], metavar="LABEL",
+                   help="only the points with this label (repeatable; default: every point)")
+
+
+def _ignore_knob_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ignore-knob", action="append", default=[], metavar="KNOB",
+                   help="match points whatever this knob's value (a deliberate change, e.g. compile)")
+
+
+def _suite_commands(sub) -> None:
+    """Commands that read a suite file: run, validate, profile, list."""
+    p = sub.add_parser("run", help="run every point of a suite, each in its own process, then write the report")
+    _suite_arguments(p)
+    _point_argument(p)
+    _results_argument(p)
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_ID",
                    help="continue a run (the latest on this machine, or RUN_ID), skipping measured points")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
+    p.add_argument("--allow-failures", action="store_true",
+                   help="exit 0 even when points end in error, crash, timeout, diverged or oom (outside a batch "
+                   "search, where an oom is a result)")
     p.add_argument("--executor", choices=("local", "slurm"), default="local",
                    help="run points here, or each as a Slurm job through submitit")
     p.add_argument("--executor-param", action="append", default=[], metavar="KEY=VALUE",
                    help="submitit parameter, e.g. slurm_partition=gpu, folder=/shared/jobs (repeatable)")
     p.add_argument("--report-dir", help="where the report goes (default: reports/<suite>)")
-    suite_cmd("validate", cmd_validate, "check a suite file and count its points")
-    p = suite_cmd("profile", cmd_profile, "run chosen points under torch.profiler (trace, top ops, phases, syncs)")
-    point_arg(p)
-    p.add_argument("--results", default="results")
-
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("validate", help="check a suite file and count its points")
+    _suite_arguments(p)
+    p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("profile", help="run chosen points under torch.profiler (trace, top ops, phases, syncs)")
+    _suite_arguments(p)
+    _point_argument(p)
+    _results_argument(p)
+    p.set_defaults(func=cmd_profile)
     p = sub.add_parser("list", help="suites, workloads and knobs")
-    p.add_argument("--suites", default="suites")
+    p.add_argument("--suites", default="suites", help="folder of suite files (default: suites)")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("show", help="the results table of runs")
-    p.add_argument("runs", nargs="+", help="run folders, run ids, suite names or records.jsonl files")
-    p.add_argument("--results", default="results")
-    p.add_argument("--export", help="also write the flat table to a .csv or .parquet file")
-    p.set_defaults(func=cmd_show)
 
+def _results_commands(sub) -> None:
+    """Commands that read the results store: show, report, history."""
+    p = sub.add_parser("show", help="the results of runs, one table per workload")
+    p.add_argument("runs", nargs="+", help="run folders, run ids, suite names or records.jsonl files")
+    _results_argument(p)
+    p.add_argument("--export", help="also write the full flat table to a .csv or .parquet file")
+    p.set_defaults(func=cmd_show)
     p = sub.add_parser("report", help="write the Markdown + HTML report of runs (from the store alone)")
-    p.add_argument("runs", nargs="+")
-    p.add_argument("--results", default="results")
+    p.add_argument("runs", nargs="+", help="run folders, run ids, suite names or records.jsonl files")
+    _results_argument(p)
     p.add_argument("--out", help="output folder (default: reports/<suite>)")
     p.add_argument("--title")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("history", help="a metric across past runs, with change points flagged")
+    p.add_argument("suite", help="a suite name (its folder under the results root)")
+    p.add_argument("--metric", default="step_time", help="step_time, samples_per_s_per_gpu, peak_mem, mfu...")
+    p.add_argument("--statistic", default="median", help="median, mean, min, max, p10 or p90")
+    _results_argument(p)
+    p.set_defaults(func=cmd_history)
 
+
+def _gate_commands(sub) -> None:
+    """Commands that judge runs: compare, gate, baseline save."""
     p = sub.add_parser("compare", help="per point and metric: ratio, confidence interval, verdict")
     p.add_argument("baseline", help="a run (folder, id, or a suite: its newest run)")
-    p.add_argument("candidate")
-    p.add_argument("--results", default="results")
+    p.add_argument("candidate", help="a run (folder, id, or a suite: its newest run)")
+    _results_argument(p)
     p.add_argument("--min-change", type=float, default=2.0, metavar="PERCENT",
                    help="smallest change that counts (default 2)")
-    p.add_argument("--only-changes", action="store_true")
-    ignore_knob_arg(p)
+    p.add_argument("--only-changes", action="store_true", help="leave out points without a real change")
+    _ignore_knob_argument(p)
     p.set_defaults(func=cmd_compare)
-
     p = sub.add_parser("gate", help="exit 1 on a regression against the stored baseline of this machine")
     p.add_argument("candidate", help="a run (folder, id, or a suite: its newest run)")
-    p.add_argument("--results", default="results")
+    _results_argument(p)
     p.add_argument("--baseline", help="baseline name under results/baselines/<machine-key>/ or a folder "
                    "(default: the suite's name)")
     p.add_argument("--threshold", action="append", default=[], metavar="[KEY=PATTERN/]METRIC[:STAT]:N%",
@@ -329,42 +384,52 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the loss curve of label CAND must follow label REF's")
     p.add_argument("--markdown", help="also write the summary to this file (CI job summary)")
     p.add_argument("--require-baseline", action="store_true", help="fail when no baseline exists")
-    ignore_knob_arg(p)
+    _ignore_knob_argument(p)
     p.set_defaults(func=cmd_gate)
-
     p = sub.add_parser("baseline", help="manage baselines")
-    bsub = p.add_subparsers(dest="action", required=True)
-    b = bsub.add_parser("save", help="store a run (or the runs of one suite on one machine) as "
-                        "results/baselines/<machine-key>/<name>/")
-    b.add_argument("run", nargs="+")
+    b = p.add_subparsers(dest="action", required=True).add_parser(
+        "save", help="store a run (or the runs of one suite on one machine) as results/baselines/<machine-key>/<name>/")
+    b.add_argument("run", nargs="+", help="runs (folders, ids, or a suite: its newest run)")
     b.add_argument("--name", required=True)
-    b.add_argument("--results", default="results")
+    _results_argument(b)
     b.set_defaults(func=cmd_baseline_save)
 
-    p = sub.add_parser("history", help="a metric across past runs, with change points flagged")
-    p.add_argument("suite")
-    p.add_argument("--metric", default="step_time")
-    p.add_argument("--statistic", default="median")
-    p.add_argument("--results", default="results")
-    p.set_defaults(func=cmd_history)
 
+def _interop_commands(sub) -> None:
+    """pytest-benchmark import and export."""
     p = sub.add_parser("import-pytest-benchmark", help="read a pytest-benchmark JSON file into the store")
     p.add_argument("json")
     p.add_argument("--suite", default="pytest-benchmark")
-    p.add_argument("--results", default="results")
+    _results_argument(p)
     p.set_defaults(func=cmd_import_pytest_benchmark)
-
     p = sub.add_parser("export-pytest-benchmark", help="write a run as pytest-benchmark JSON")
     p.add_argument("run")
     p.add_argument("out")
-    p.add_argument("--results", default="results")
+    _results_argument(p)
     p.set_defaults(func=cmd_export_pytest_benchmark)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchbay", description=DESCRIPTION, epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_suite_commands, _results_commands, _gate_commands, _interop_commands):
+        add(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except USER_ERRORS as exc:
+        if os.environ.get("BENCHBAY_TRACEBACK"):
+            raise
+        print(f"benchbay {args.command}: {exc}", file=sys.stderr)  # plain: a wrap would split paths and keys
+        return 2
+    except BrokenPipeError:  # the reader (`| head`) stopped reading: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
 
 
 if __name__ == "__main__":

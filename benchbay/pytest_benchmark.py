@@ -100,9 +100,14 @@ def import_pytest_benchmark(json_path: str | Path, results_root: str | Path = "r
     file twice raises FileExistsError instead of doubling the records.
     """
     json_path = Path(json_path)
+    if not json_path.is_file():
+        raise FileNotFoundError(f"{json_path}: no such file")
     raw = json_path.read_bytes()
-    doc = json.loads(raw)
-    if "benchmarks" not in doc:
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{json_path}: not a JSON file ({exc})") from None
+    if not isinstance(doc, dict) or "benchmarks" not in doc:
         raise ValueError(f"{json_path}: not a pytest-benchmark JSON file (no 'benchmarks' list)")
     started_at = doc.get("datetime") or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     if run_id is None:

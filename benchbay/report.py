@@ -28,9 +28,11 @@ from benchbay.analysis import plots
 from benchbay.analysis.breakdown import leave_one_out, waterfall
 from benchbay.analysis.frame import is_missing
 from benchbay.analysis.mfu import peak_sources
+from benchbay.analysis.quality import MACHINE_WARNINGS, NOISY_CV, POINT_WARNINGS, warnings_of
 from benchbay.analysis.scaling import plot_scaling, scaling_table
 from benchbay.analysis.steady import amortisation_table
 from benchbay.analysis.tables import (
+    device_word,
     effective_throughput,
     equivalent_groups,
     loss_agreement,
@@ -88,6 +90,8 @@ Block = Heading | Text | Table | Image
 def _formatter(column: str) -> Callable[[Any], str]:
     if column == "mfu":
         return "{:.1%}".format
+    if column == "step_time_cv":
+        return "{:.2f}".format
     if "change" in column:
         return "{:+.1%}".format
     if column in ("ratio", "speedup"):
@@ -105,7 +109,7 @@ DISPLAY_NAMES = {
     "break_even_steps": "break-even (steps)", "step_change": "step time change [CI]",
     "throughput_change": "throughput change [CI]", "speedup": "speed-up", "first_failing": "first failing",
     "largest_ok": "largest ok", "eager_point": "eager point", "final_loss": "final loss",
-    "max_abs_diff": "max abs diff from first",
+    "max_abs_diff": "max abs diff from first", "step_time_cv": "CV", "host_rss_gib": "host RSS (GiB)",
 }
 
 
@@ -127,14 +131,16 @@ def _with_intervals(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def display(table: pd.DataFrame) -> pd.DataFrame:
-    """A table as display strings: intervals folded, numbers formatted, index as columns, names."""
+def display(table: pd.DataFrame, per: str = "GPU") -> pd.DataFrame:
+    """A table as display strings: intervals folded, numbers formatted, index as columns, names;
+    ``per``: what a rate is per ("GPU", or "device" for points run on CPU)."""
     table = _with_intervals(table.reset_index() if table.index.name or table.index.nlevels > 1 else table)
+    names = {**DISPLAY_NAMES, "samples_per_s_per_gpu": f"samples/s/{per}"}
     out = pd.DataFrame(index=range(len(table)))
     for column in table.columns:
         fmt = _formatter(column)
         cells = ["" if is_missing(v) else (v if isinstance(v, str) else fmt(v)) for v in table[column]]
-        out[DISPLAY_NAMES.get(column, column)] = [c if len(c) <= MAX_CELL else c[: MAX_CELL - 3] + "..." for c in cells]
+        out[names.get(column, column)] = [c if len(c) <= MAX_CELL else c[: MAX_CELL - 3] + "..." for c in cells]
     return out
 
 
@@ -167,7 +173,19 @@ def _overview(df: pd.DataFrame, title: str) -> list[Block]:
     runs = pd.concat([counts, env], axis=1).reset_index()
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return [Heading(title, 1), Text(f"Generated {stamp} from {len(df)} records."),
-            Table(display(runs.rename(columns=lambda c: c.removeprefix("env."))), "runs and environments")]
+            Table(display(runs.rename(columns=lambda c: c.removeprefix("env."))), "runs and environments"),
+            *_health_blocks(df)]
+
+
+def _health_blocks(df: pd.DataFrame) -> list[Block]:
+    """The machine checks of the runs: its settings, and how many records ran while it was busy."""
+    blocks: list[Block] = [Text(f"Machine: {w}.") for w in warnings_of(df, MACHINE_WARNINGS)]
+    busy = df[POINT_WARNINGS].map(lambda v: isinstance(v, list) and len(v) > 0).sum() if POINT_WARNINGS in df else 0
+    if busy:
+        blocks.append(Text(f"The machine was not quiet during {busy} of {len(df)} records (other processes on the "
+                           "CPUs or GPUs, or slowed clocks): their points say so in the notes column, and their "
+                           "figures may hold that noise."))
+    return blocks
 
 
 def _sweep_blocks(points: pd.DataFrame, peak_flops: float | None) -> list[Block]:
@@ -175,7 +193,10 @@ def _sweep_blocks(points: pd.DataFrame, peak_flops: float | None) -> list[Block]
     # a suite whose points name different workloads gets one table each: their knobs differ
     for workload, group in points.groupby("workload", sort=False):
         caption = f"workload {workload}" if points["workload"].nunique() > 1 else ""
-        blocks.append(Table(display(sweep_table(group)), caption))
+        blocks.append(Table(display(sweep_table(group), per=device_word(group)), caption))
+    if points["notes"].str.contains("noisy", regex=False).any():
+        blocks.append(Text(f"noisy: the steady steps vary by more than {NOISY_CV:.0%} (CV, standard deviation over "
+                           "mean); a difference between such points needs its interval to mean anything."))
     sources = peak_sources(points.get("env.gpu", []), peak_flops)
     if points["mfu"].notna().any() and sources:
         blocks.append(Text("MFU = flops_per_sample x samples/s/GPU / peak; peak: "
@@ -188,11 +209,12 @@ def _batch_blocks(points: pd.DataFrame, knob: str, stem: str, out_dir: Path) -> 
     if figure is None:
         return []
     table = effective_throughput(points, knob)
+    per = device_word(points)
     return [Heading("Batch size", 3),
             Image(figure, f"throughput and peak memory against {knob}"),
             Text(f"Effective throughput: each configuration at its own largest feasible {knob}; "
-                 "ratio = samples/s/GPU relative to the first configuration."),
-            Table(display(table))]
+                 f"ratio = samples/s/{per} relative to the first configuration."),
+            Table(display(table, per=per))]
 
 
 def _step_time_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
@@ -214,20 +236,22 @@ def _breakdown_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: P
     if len(labels) < 2:
         return []
     table = waterfall(points, labels)
+    per = device_word(points)
     blocks: list[Block] = [Heading("Optimisation breakdown", 3),
                            Text("Each step against the previous ok step; 95% bootstrap intervals over repeats "
-                                "and steady-state steps; speed-up = throughput over the first step.")]
-    figure = plots.waterfall(table, out_dir / f"{stem}-waterfall.png")
+                                "and steady-state steps; speed-up = throughput over the first step. A change whose "
+                                "interval includes no change is not significant: it may be noise.")]
+    figure = plots.waterfall(table, out_dir / f"{stem}-waterfall.png", per=per)
     if figure is not None:
         blocks.append(Image(figure, "optimisation waterfall"))
-    blocks.append(Table(display(table)))
+    blocks.append(Table(display(table, per=per)))
     best = "best" if "best" in set(points["label"].dropna()) else labels[-1]
     loo = leave_one_out(points, best, _search_knob(meta))
     if len(loo):
         blocks += [Heading(f"Leave one out (from {best})", 4),
                    Text("Change when one optimisation is removed from the best configuration: "
                         "a slower step means the optimisation was paying off."),
-                   Table(display(loo))]
+                   Table(display(loo, per=per))]
     return blocks
 
 

@@ -1,5 +1,7 @@
 """Run a suite: every point in its own process, one record per point and repeat appended to the
-store as soon as it is known; the sweep always goes on; Ctrl-C keeps what was measured."""
+store as soon as it is known; the sweep always goes on; Ctrl-C keeps what was measured. Each
+point runs under a health check of the machine (``benchbay.collect.health``), stored with its
+record and warned about once in the run's output."""
 
 from __future__ import annotations
 
@@ -7,27 +9,40 @@ import datetime as dt
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Column
 
 from benchbay import store
 from benchbay.analysis.mfu import peak_flops_for
+from benchbay.analysis.quality import noise_note
 from benchbay.collect.env import fingerprint
+from benchbay.collect.health import HealthCheck
 from benchbay.launch.process import Launch, run_point
 from benchbay.store import point_id
 from benchbay.suite import Point, Suite, excluded_by
+
+#: statuses that fail a run (its exit code); an oom is a result where a batch search probes for it
+FAILED = ("error", "crash", "timeout", "diverged", "oom")
+BUSY_TAG = "[busy machine]"
 
 
 @dataclass
 class RunSummary:
     run: Path
-    counts: dict[str, int]
+    counts: dict[str, int]  # statuses of the records this call measured
     interrupted: bool = False
+    failed: list[str] = field(default_factory=list)  # every failed point of the run, described
+    busy: int = 0  # records this call measured while the machine was not quiet
+
+
+def is_failure(record: dict[str, Any]) -> bool:
+    return record["status"] in FAILED and not (record["status"] == "oom" and "search_group" in record["extra"])
 
 
 def device_type(suite: Suite) -> str:
@@ -102,11 +117,15 @@ class SuiteRunner:
         """Run (or skip) one point, append its record, return it."""
         started = dt.datetime.now(dt.timezone.utc)
         t0 = time.perf_counter()
+        health: dict[str, Any] = {}
         if point.excluded:
             outcome = {"status": "skipped", "reason": point.excluded, "metrics": {}, "series": {}, "extra": {}}
-        else:
-            workdir = self.scratch / f"{point.point_id}-{repeat}"
-            outcome = self._run(self.spec(point, repeat), workdir)
+        elif self.executor == "local":
+            with HealthCheck(gpus=self.launch.nproc if self.device == "cuda" else 0) as check:
+                outcome = self._run(self.spec(point, repeat), self.scratch / f"{point.point_id}-{repeat}")
+            health = check.result()
+        else:  # a Slurm job runs on another node: this machine's health says nothing of it
+            outcome = self._run(self.spec(point, repeat), self.scratch / f"{point.point_id}-{repeat}")
         world = self.launch.world_size
         env = outcome.get("env") or self.env  # a Slurm job's node, not the submitting host
         metrics = dict(outcome.get("metrics") or {})
@@ -114,11 +133,11 @@ class SuiteRunner:
         record = {
             "schema": 1, "suite": self.suite.name, "run_id": self.run.name, "point_id": point.point_id,
             "label": point.label, "repeat": repeat, "workload": point.workload, "params": point.params,
-            "knobs": point.knobs, "status": outcome["status"], "reason": outcome.get("reason"),
+            "knobs": point.knobs, "device": self.device, "status": outcome["status"], "reason": outcome.get("reason"),
             "metrics": metrics, "series": outcome.get("series") or {},
             "extra": {**(outcome.get("extra") or {}), **(extra or {})},
             "world_size": world, "nnodes": self.launch.nnodes, "launcher": self.launch.launcher,
-            "ranks": outcome.get("ranks", []), "env": env,
+            "ranks": outcome.get("ranks", []), "env": env, "health": health,
             "started_at": started.isoformat(timespec="seconds"), "duration_s": time.perf_counter() - t0,
         }
         if outcome.get("traceback"):
@@ -155,38 +174,33 @@ class SuiteRunner:
         # a resumed run keeps its first start
         manifest["started_at"] = store.read_manifest(self.run).get("started_at", manifest["started_at"])
         store.write_manifest(self.run, manifest)
-        counts: dict[str, int] = {}
-        interrupted = False
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[last]}"))
-        with Progress(*columns, console=self.console, transient=False) as progress:
-            bar = progress.add_task(self.suite.name, total=len(tasks), last="")
+        summary = RunSummary(self.run, {})
+        warned: set[str] = set()
+        with SweepProgress(self.console, self.suite.name, len(tasks)) as progress:
             try:
                 for i, (point, repeat) in enumerate(tasks, 1):
                     if (point.point_id, repeat) in self.done and not self.suite.search:
-                        progress.advance(bar)
+                        progress.advance(measured=False)
                         continue
-                    name = point.label or f"point {point.index}"
-                    progress.update(bar, description=f"{self.suite.name} [{i}/{len(tasks)}] {name}")
-                    if self.suite.search:
-                        records = self._search(point, repeat)
-                    else:
-                        records = [self.measure(point, repeat)]
+                    progress.start(i, point.label or f"point {point.index}")
+                    records = self._search(point, repeat) if self.suite.search else [self.measure(point, repeat)]
                     for record in records:
-                        counts[record["status"]] = counts.get(record["status"], 0) + 1
-                        line = escape(describe(record))  # failure texts may hold [/...]
-                        progress.console.print(f"  {line}")
-                    progress.update(bar, advance=1, last=line)
+                        summary.counts[record["status"]] = summary.counts.get(record["status"], 0) + 1
+                        summary.busy += _warn_once(record, warned, progress)
+                        progress.result(describe(record))
+                    progress.advance()
             except KeyboardInterrupt:
-                interrupted = True
-                self.console.print(f"[yellow]interrupted: records so far are kept in {self.run}; "
-                                   f"continue with --resume {self.run.name}[/yellow]")
+                summary.interrupted = True
+                progress.note(f"interrupted: records so far are kept in {self.run}; "
+                              f"continue with --resume {self.run.name}")
         if self.executor == "local":  # spec, result and log per point: the record holds what matters
             shutil.rmtree(self.scratch, ignore_errors=True)
-        manifest.update(state="interrupted" if interrupted else "complete",
+        manifest.update(state="interrupted" if summary.interrupted else "complete",
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         store.write_manifest(self.run, manifest)
-        return RunSummary(self.run, counts, interrupted)
+        latest = {(r["point_id"], r.get("repeat", 0)): r for r in store.read_records(self.run)}
+        summary.failed = [describe(r) for r in latest.values() if is_failure(r)]
+        return summary
 
     def _search(self, config: Point, repeat: int) -> list[dict[str, Any]]:
         """Largest feasible value of the searched knob for this configuration (each probe a
@@ -250,14 +264,91 @@ def _config_id(suite: Suite, point: Point) -> str:
 
 
 def describe(record: dict[str, Any]) -> str:
+    """One line: status, point, its key figures, and whether to doubt them."""
     m = record["metrics"]
     name = record.get("label") or record["point_id"]
     knob = f" mbs={record['knobs']['mbs']}" if "mbs" in record["knobs"] and "mbs=" not in name else ""
+    busy = f" {BUSY_TAG}" if (record.get("health") or {}).get("warnings") else ""
     if record["status"] == "ok":
-        rate = m.get("samples_per_s_per_gpu")
-        mem = m.get("peak_mem_allocated_gib")
+        per = "GPU" if record.get("device", "cuda") == "cuda" else "device"
+        rate, mem = m.get("samples_per_s_per_gpu"), m.get("peak_mem_allocated_gib")
+        rss = m.get("host_rss_gib") if mem is None else None
         parts = [f"{m['step_time_s'] * 1e3:.1f} ms/step" if m.get("step_time_s") else "",
-                 f"{rate:.2f} samples/s/GPU" if rate else "", f"{mem:.1f} GiB" if mem else ""]
-        return f"ok {name}{knob}: " + ", ".join(p for p in parts if p)
-    return f"{record['status']} {name}{knob}: {record.get('reason') or ''}"[:300]
+                 f"{rate:.2f} samples/s/{per}" if rate else "", f"{mem:.1f} GiB" if mem else "",
+                 f"{rss:.1f} GiB host RSS" if rss else "", noise_note(m.get("step_time_cv")) or ""]
+        return f"ok {name}{knob}: " + ", ".join(p for p in parts if p) + busy
+    return f"{record['status']} {name}{knob}: {record.get('reason') or ''}"[:300] + busy
 
+
+def _warn_once(record: dict[str, Any], warned: set[str], progress: SweepProgress) -> bool:
+    """Say each machine setting worth a word once, and the first point measured on a busy machine
+    (the others carry a tag); True when this record's machine was not quiet."""
+    health = record.get("health") or {}
+    for warning in health.get("machine_warnings") or []:
+        if warning not in warned:
+            warned.add(warning)
+            progress.note(f"warning: {warning}")
+    if not health.get("warnings"):
+        return False
+    if BUSY_TAG not in warned:
+        warned.add(BUSY_TAG)
+        progress.note(f"warning: the machine was not quiet while {record.get('label') or record['point_id']} ran: "
+                      f"{'; '.join(health['warnings'])}. Its figures may hold that noise; such points are tagged "
+                      f"{BUSY_TAG} here and noted in the report")
+    return True
+
+
+class SweepProgress:
+    """The sweep's progress: a live bar on a terminal; on a pipe or a log, plain lines (point i/N,
+    elapsed, estimated time left) that never wrap at a guessed width."""
+
+    def __init__(self, console: Console, title: str, total: int):
+        self.console, self.title, self.total = console, title, total
+        self.live = console.is_terminal
+        self.done = self.measured = 0
+        self.index = 0
+        self.t0 = time.perf_counter()
+        self._bar = None
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("ETA"), TimeRemainingColumn(),
+            TextColumn("{task.fields[last]}", table_column=Column(no_wrap=True, overflow="ellipsis")),
+            console=console, transient=False) if self.live else None
+
+    def __enter__(self) -> SweepProgress:
+        if self._progress:
+            self._progress.start()
+            self._bar = self._progress.add_task(self.title, total=self.total, last="")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress:
+            self._progress.stop()
+
+    def start(self, index: int, name: str) -> None:
+        self.index = index
+        if self._progress:
+            self._progress.update(self._bar, description=f"{self.title} [{index}/{self.total}] {name}")
+
+    def result(self, line: str) -> None:
+        if self._progress:
+            self._progress.console.print(f"  {escape(line)}")  # failure texts may hold [/...]
+            self._progress.update(self._bar, last=escape(line))
+            return
+        elapsed = time.perf_counter() - self.t0
+        left = elapsed / (self.measured + 1) * (self.total - self.done - 1)
+        self.console.print(f"[{self.index}/{self.total} {_clock(elapsed)}, ETA {_clock(left)}] {line}",
+                           markup=False, highlight=False, soft_wrap=True)
+
+    def advance(self, measured: bool = True) -> None:
+        self.done += 1
+        self.measured += measured
+        if self._progress:
+            self._progress.advance(self._bar)
+
+    def note(self, text: str) -> None:
+        self.console.print(text, style="yellow", markup=False, highlight=False, soft_wrap=not self.live)
+
+
+def _clock(seconds: float) -> str:
+    return str(dt.timedelta(seconds=round(seconds)))

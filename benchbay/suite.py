@@ -93,6 +93,8 @@ class Point:
 
 
 DEVICE_KEYS = {"cpu", "cuda"}
+#: workload params that name data on disk (the decode workload's LeRobot dataset): they must exist
+PATH_PARAMS = ("root",)
 
 
 def for_device(params: dict[str, Any], device: str) -> dict[str, Any]:
@@ -216,42 +218,7 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
         workload_name, params, cls = v.workload(raw.get("workload"))
     knobs = v.mapping(raw, "knobs")
     sweep = v.mapping(raw, "sweep")
-    for key in sweep:
-        if key not in {"points", "grid", "zip", "exclude", "search"}:
-            v.error(f"sweep.{key}", "one of points, grid, zip, exclude, search")
-    points = v.list_of(sweep, "points", dict, prefix="sweep.")
-    grid = v.mapping(sweep, "grid", prefix="sweep.")
-    zipped = v.mapping(sweep, "zip", prefix="sweep.")
-    exclude = v.list_of(sweep, "exclude", dict, prefix="sweep.")
-    classes = [cls] if cls is not None else []
-    for i, point in enumerate(points):
-        point_cls = cls
-        if "workload" in point:
-            _, _, point_cls = v.workload(point["workload"], f"sweep.points[{i}].workload")
-            classes.append(point_cls)
-        if point_cls is not None:
-            v.knobs(point_cls, {k: x for k, x in point.items() if k not in ("label", "workload")},
-                    f"sweep.points[{i}]")
-        if "label" in point and not isinstance(point["label"], str):
-            v.error(f"sweep.points[{i}].label", "a string")
-    classes = [c for c in classes if c is not None]
-    if cls is not None:
-        v.knobs(cls, knobs, "knobs")
-    elif classes:  # every point names its workload: a suite knob must suit one of them
-        for key in knobs:
-            if not any(key in knob_table.specs_for(c) for c in classes):
-                v.error(f"knobs.{key}", f"a knob of {sorted({c.name for c in classes})}")
-    for c in classes:
-        for section, axes in (("grid", grid), ("zip", zipped)):
-            for axis, values in axes.items():
-                if not isinstance(values, list) or not values:
-                    v.error(f"sweep.{section}.{axis}", "a non-empty list of values")
-                    continue
-                for j, value in enumerate(values):
-                    v.knob(c, axis, value, f"sweep.{section}.{axis}[{j}]")
-        for i, rule in enumerate(exclude):
-            v.knobs(c, rule, f"sweep.exclude[{i}]")
-    v.problems = list(dict.fromkeys(v.problems))  # one workload per point may repeat a problem
+    points, grid, zipped, exclude = v.sweep(sweep, cls, knobs)
     lengths = {len(x) for x in zipped.values() if isinstance(x, list)}
     if len(lengths) > 1:
         v.error("sweep.zip", f"lists of equal length (got lengths {sorted(lengths)})")
@@ -354,7 +321,14 @@ class _Validator:
                 self.error(f"{where}.params.{key}", f"a parameter of {name}: {sorted(cls.params)}")
             elif isinstance(value, dict) and not set(value) <= DEVICE_KEYS:
                 self.error(f"{where}.params.{key}", f"a value, or one per device type {sorted(DEVICE_KEYS)}")
+            elif key in PATH_PARAMS:
+                self.existing_paths(value, f"{where}.params.{key}")
         return name, params, cls
+
+    def existing_paths(self, value, where: str) -> None:
+        for path in value.values() if isinstance(value, dict) else [value]:
+            if isinstance(path, str) and not Path(path).exists():
+                self.error(where, f"an existing path (data on disk), got {path!r}: it does not exist")
 
     def knobs(self, cls: type[Workload], values: dict, where: str) -> None:
         for key, value in values.items():
@@ -368,6 +342,53 @@ class _Validator:
         expected = knob_table.check_value(cls, name, value)
         if expected:
             self.error(where, f"{expected}, got {value!r}")
+
+    def sweep(self, sweep: dict, cls: type[Workload] | None, knobs: dict) -> tuple[list, dict, dict, list]:
+        """The sweep's points, grid, zip and exclude rules, and the suite's knobs, each checked
+        against every workload that receives it."""
+        for key in sweep:
+            if key not in {"points", "grid", "zip", "exclude", "search"}:
+                self.error(f"sweep.{key}", "one of points, grid, zip, exclude, search")
+        points = self.list_of(sweep, "points", dict, prefix="sweep.")
+        if sweep.get("points") == []:
+            self.error("sweep.points", "at least one point (leave points out to run the suite's knobs as one point)")
+        grid = self.mapping(sweep, "grid", prefix="sweep.")
+        zipped = self.mapping(sweep, "zip", prefix="sweep.")
+        exclude = self.list_of(sweep, "exclude", dict, prefix="sweep.")
+        classes = [cls] if cls is not None else []
+        for i, point in enumerate(points):
+            point_cls = cls
+            if "workload" in point:
+                _, _, point_cls = self.workload(point["workload"], f"sweep.points[{i}].workload")
+                classes.append(point_cls)
+            if point_cls is not None:
+                self.knobs(point_cls, {k: x for k, x in point.items() if k not in ("label", "workload")},
+                           f"sweep.points[{i}]")
+            if "label" in point and not isinstance(point["label"], str):
+                self.error(f"sweep.points[{i}].label", "a string")
+        classes = [c for c in classes if c is not None]
+        for key, value in knobs.items():
+            if cls is not None:
+                self.knob(cls, key, value, f"knobs.{key}")
+                continue
+            # every point names its workload: a suite knob goes to each point whose workload knows it
+            receivers = [c for c in classes if key in knob_table.specs_for(c)]
+            if classes and not receivers:
+                self.error(f"knobs.{key}", f"a knob of {sorted({c.name for c in classes})}")
+            for c in receivers:
+                self.knob(c, key, value, f"knobs.{key}")
+        for c in classes:
+            for section, axes in (("grid", grid), ("zip", zipped)):
+                for axis, values in axes.items():
+                    if not isinstance(values, list) or not values:
+                        self.error(f"sweep.{section}.{axis}", "a non-empty list of values")
+                        continue
+                    for j, value in enumerate(values):
+                        self.knob(c, axis, value, f"sweep.{section}.{axis}[{j}]")
+            for i, rule in enumerate(exclude):
+                self.knobs(c, rule, f"sweep.exclude[{i}]")
+        self.problems = list(dict.fromkeys(self.problems))  # one workload per point may repeat a problem
+        return points, grid, zipped, exclude
 
     def distinct_points(self, suite: Suite) -> None:
         """Two points with the same knobs would be one measurement: the second would never run."""

@@ -1,7 +1,13 @@
-"""The command line: validate fails before any process starts; list; run + show."""
+"""The command line: validate fails before any process starts; list; run + show; every user
+error is one line and exit code 2; exit codes a CI script can use."""
 
+import re
 import subprocess
 
+import pytest
+
+from benchbay import store
+from benchbay.cli import main
 from tests.conftest import TINY, benchbay_cmd, write_suite
 
 
@@ -49,13 +55,59 @@ steps: {{warmup: 1, measure: 2}}
 """)
     results = tmp_path / "res"
     out = run(["run", str(suite), "--results", str(results), "--report-dir", str(tmp_path / "rep")], cli_env, in_repo)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # a point failed: CI must see it
     assert "1 error, 1 ok" in out.stdout and "report:" in out.stdout
+    assert "1 point(s) of the run failed" in out.stderr and "error b mbs=1: ValueError: fixture failure" in out.stderr
+    assert re.search(r"^\[2/2 \d+:\d\d:\d\d, ETA \d+:\d\d:\d\d\] error b", out.stderr, re.M)  # plain lines on a pipe
     assert (tmp_path / "rep" / "report.md").exists()
+    accepted = run(["run", str(suite), "--results", str(results), "--resume", "--allow-failures", "--no-report"],
+                   cli_env, in_repo)
+    assert accepted.returncode == 0 and "accepted (--allow-failures)" in accepted.stderr
     shown = run(["show", "clishow", "--results", str(results), "--export", str(tmp_path / "t.csv")], cli_env, in_repo)
     assert shown.returncode == 0, shown.stderr
+    header = shown.stdout.splitlines()[1].split()
+    assert header[:3] == ["name", "status", "step"] and header[-2:] == ["reason", "fault"]  # figures, then knobs
     assert "error" in shown.stdout and "fixture failure" in shown.stdout
     assert (tmp_path / "t.csv").exists()
+
+
+def test_help_is_for_users():
+    out = subprocess.run(benchbay_cmd("--help"), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert out.stdout.startswith("usage: benchbay") and "examples:" in out.stdout and "exit codes:" in out.stdout
+    assert "parses arguments" not in out.stdout
+
+
+@pytest.fixture
+def one_run(tmp_path):
+    run = store.run_dir(tmp_path / "res", "tiny", "r1")
+    store.append_record(run, {"schema": 1, "suite": "tiny", "run_id": "r1", "point_id": "p", "label": "a",
+                              "repeat": 0, "workload": "w", "params": {}, "knobs": {"mbs": 1}, "status": "ok",
+                              "metrics": {"step_time_s": 0.1}, "series": {"step_times_s": [0.1, 0.11, 0.1]},
+                              "env": {"machine_key": "cpu-x"}})
+    store.write_manifest(run, {"suite": "tiny", "env": {"machine_key": "cpu-x"}})
+    return tmp_path / "res"
+
+
+@pytest.mark.parametrize("args", [
+    ["show", "nosuch"], ["report", "nosuch"], ["compare", "nosuch", "tiny"], ["gate", "nosuch"],
+    ["history", "nosuch"], ["history", "tiny", "--metric", "nosuch"], ["export-pytest-benchmark", "nosuch", "x.json"],
+    ["import-pytest-benchmark", "nosuch.json"], ["baseline", "save", "nosuch", "--name", "main"],
+])
+def test_every_user_error_is_one_line_and_exit_code_2(args, one_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, "--results", str(one_run)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.splitlines()) == 1
+    assert out.err.startswith(f"benchbay {args[0]}: ") and "nosuch" in out.err
+
+
+def test_gate_without_a_baseline_says_so_in_its_verdict(one_run, tmp_path, capsys):
+    assert main(["gate", "tiny", "--results", str(one_run), "--markdown", str(tmp_path / "gate.md")]) == 0
+    assert capsys.readouterr().out.startswith("### benchbay gate: ⚠️ no baseline: nothing was gated")
+    assert (tmp_path / "gate.md").read_text().startswith("### benchbay gate: ⚠️ no baseline")
+    assert main(["gate", "tiny", "--results", str(one_run), "--require-baseline"]) == 1
+    assert "FAIL: no baseline" in capsys.readouterr().out
 
 
 def test_profile_command_writes_traces(tmp_path, in_repo, cli_env):

@@ -8,7 +8,7 @@ import pytest
 
 from benchbay.analysis.compare import compare, format_compare
 from benchbay.analysis.frame import records_to_frame
-from benchbay.analysis.gate import gate, loss_equivalence, plot_loss_equivalence
+from benchbay.analysis.gate import format_no_baseline, gate, loss_equivalence, plot_loss_equivalence
 from benchbay.analysis.history import history
 from benchbay.analysis.thresholds import format_threshold, parse_threshold
 from benchbay.baselines import find_baseline, list_baselines, save_baseline
@@ -298,3 +298,38 @@ def test_save_and_find_baseline(tmp_path):
         save_baseline(first, "../escape", results)
     with pytest.raises(FileNotFoundError, match="no records.jsonl"):
         save_baseline(tmp_path, "x", results)
+
+
+# ---- noise and busy machines -------------------------------------------------------------------
+
+def test_a_wide_interval_is_not_significant_and_a_narrow_one_no_change():
+    """A/A at 40% step CV with 5 steps: the medians differ, the interval says nothing."""
+    noisy = compare(run_frame(0, cv=0.4, repeats=1, steps=5), run_frame(1, cv=0.4, repeats=1, steps=5),
+                    metrics=["step_time"])
+    assert set(noisy["verdict"]) == {"not significant"}
+    assert all("noisy: CV" in c for c in noisy["caution"])
+    assert "Caution: 2 of 2 points ran noisy" in format_compare(noisy)
+    assert format_compare(noisy, only_changes=True) == "No changes."
+    quiet = compare(run_frame(0, cv=0.005), run_frame(1, cv=0.005, slowdown=0.001), metrics=["step_time"])
+    assert set(quiet["verdict"]) == {"no change"} and set(quiet["caution"]) == {""}
+
+
+def test_compare_and_gate_say_when_a_side_ran_on_a_busy_machine():
+    busy = run_records(1, slowdown=0.10)
+    for record in busy:
+        record["health"] = {"warnings": ["busy CPU: other processes used 0.95 of 2 CPUs"]}
+    table = compare(run_frame(0), records_to_frame(busy), metrics=["step_time"])
+    assert set(table["caution"]) == {"candidate busy CPU: other processes used 0.95 of 2 CPUs"}
+    assert "candidate busy CPU" in format_compare(table)
+    result = gate(run_frame(0), records_to_frame(busy))
+    assert result.exit_code == 1  # the verdict stands; the summary says why to doubt it
+    assert "#### Caution" in result.markdown and "2 of 2 points ran noisy or on a machine that was not quiet" in \
+        result.markdown
+
+
+def test_no_baseline_is_the_gate_verdict():
+    text = format_no_baseline("cpu-x", "quickstart", "results/baselines", required=False)
+    assert text.startswith("### benchbay gate: ⚠️ no baseline: nothing was gated")
+    assert "cpu-x" in text and "benchbay baseline save" in text
+    assert format_no_baseline("cpu-x", "quickstart", "results/baselines", required=True).startswith(
+        "### benchbay gate: ❌ FAIL: no baseline")

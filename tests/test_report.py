@@ -95,7 +95,10 @@ def test_knobs_keep_their_values_beside_another_suite(records):
 # --- tables --------------------------------------------------------------------------------------
 def test_sweep_table_matches_the_records(train_records, train):
     table = sweep_table(train)
-    assert table.index.names == ["attention", "compile", "cuda_graph", "mbs", "offload", "recompute", "sharding"]
+    assert list(table.columns[:3]) == ["name", "status", "repeats"]  # what a reader looks for first
+    assert list(table.columns[-7:]) == ["attention", "compile", "cuda_graph", "mbs", "offload", "recompute",
+                                        "sharding"]  # then the knobs that vary
+    assert "host_rss_gib" not in table  # a GPU's peak memory is shown instead
     assert len(table) == len({r["point_id"] for r in train_records})
     for point_id in {r["point_id"] for r in train_records}:
         reps = [r for r in train_records if r["point_id"] == point_id]
@@ -337,3 +340,67 @@ def test_report_has_a_scaling_section_when_a_configuration_ran_at_several_world_
     text = (tmp_path / "report.md").read_text()
     assert "### Scaling" in text and (tmp_path / "scaling-scaling.png").exists()
     assert "| 2 | 1 | 1 | 1 | 0.5557 | 1.8 | 1.80x | 2 | 0.9 |" in text  # 1.8x on 2 GPUs: 90% efficiency
+
+
+# --- noise and machine health ----------------------------------------------------------------------
+# the quickstart on a shared 2-core machine: 5 steps a point, CVs of 0.4-0.7, medians 5x apart
+NOISY_EAGER, NOISY_RECOMPUTE = [5.8, 1.0, 9.5, 0.9, 6.5], [1.1, 0.5, 4.2, 6.0, 0.4]
+QUIET_EAGER, QUIET_RECOMPUTE = [1.0, 1.01, 0.99, 1.0, 1.02], [0.5, 0.505, 0.495, 0.5, 0.51]
+TAB_GREEN = (44, 160, 44)
+
+
+def cpu_point(label: str, recompute: str, series: list[float], health: dict | None = None) -> dict:
+    from tests.fixtures.make_records import ENV_CPU, record
+
+    steps = np.asarray(series)
+    median = float(np.median(steps))
+    metrics = {"step_time_s": median, "step_time_cv": float(steps.std() / steps.mean()), "warmup_steps": 0,
+               "measured_steps": steps.size, "samples_per_step": 2, "samples_per_s": 2 / median,
+               "samples_per_s_per_gpu": 2 / median, "host_rss_gib": 1.5}
+    out = record("quick", "tiny", {}, {"mbs": 2, "recompute": recompute}, 0, "ok", ENV_CPU, label=label,
+                 metrics=metrics, series={"step_times_s": series, "losses": []})
+    return {**out, "device": "cpu", "health": health or {}}
+
+
+def green_pixels(png: Path) -> int:
+    with Image.open(png) as image:
+        pixels = np.asarray(image.convert("RGB"), dtype=int)
+    return int((np.abs(pixels - TAB_GREEN).max(axis=2) < 12).sum())
+
+
+def test_a_noisy_effect_is_not_significant_and_never_drawn_as_a_gain(tmp_path):
+    noisy = point_summary(records_to_frame([cpu_point("eager", "off", NOISY_EAGER),
+                                            cpu_point("+recompute", "full", NOISY_RECOMPUTE)]))
+    table = waterfall(noisy, ["eager", "+recompute"])
+    row = table.set_index("label").loc["+recompute"]
+    assert row["speedup"] > 3 and row["verdict"] == "not significant"
+    assert row["throughput_change_low"] < 0 < row["throughput_change_high"]
+    assert row["speedup_low"] < 1 < row["speedup_high"]
+    assert all("noisy: CV" in notes for notes in table["notes"])
+    assert green_pixels(plots.waterfall(table, tmp_path / "noisy.png", per="device")) == 0
+
+    quiet = point_summary(records_to_frame([cpu_point("eager", "off", QUIET_EAGER),
+                                            cpu_point("+recompute", "full", QUIET_RECOMPUTE)]))
+    table = waterfall(quiet, ["eager", "+recompute"])
+    assert list(table["verdict"].fillna("")) == ["", "faster"] and list(table["notes"]) == ["", ""]
+    assert green_pixels(plots.waterfall(table, tmp_path / "quiet.png", per="device")) > 100
+
+
+def test_report_on_cpu_says_per_device_and_notes_a_machine_that_was_not_quiet(tmp_path):
+    busy = {"warnings": ["busy CPU: other processes used 0.95 of 2 CPUs"],
+            "machine_warnings": ["CPU frequency governor powersave, not performance: clocks follow the load"]}
+    records = [cpu_point("eager", "off", NOISY_EAGER, busy), cpu_point("+recompute", "full", NOISY_RECOMPUTE)]
+    meta = {"name": "quick", "breakdown": ["eager", "+recompute"]}
+    build_report(records_to_frame(records), tmp_path, suite_meta=meta)
+    md = (tmp_path / "report.md").read_text()
+    assert "samples/s/device" in md and "samples/s/GPU" not in md and "host RSS (GiB)" in md
+    assert "Machine: CPU frequency governor powersave" in md and "not quiet during 1 of 2 records" in md
+    eager = next(line for line in md.splitlines() if line.startswith("| eager | ok |"))
+    assert "noisy: CV" in eager and "busy CPU: other processes used 0.95 of 2 CPUs" in eager
+    assert "not significant" in md
+
+
+def test_cpu_plot_needs_a_course_over_time(tmp_path, summary):
+    first = summary.assign(cpu_util=summary["cpu_util"].map(lambda v: v[:1] if isinstance(v, list) else v))
+    assert plots.cpu_utilisation(first, tmp_path / "cpu.png") is None  # one sample per point draws no line
+    assert plots.cpu_utilisation(summary, tmp_path / "cpu.png") is not None

@@ -5,17 +5,20 @@ import json
 import math
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
 from benchbay import store
+from benchbay.collect.health import CpuSnapshot, HealthCheck, cpu_load, machine_warnings, point_warnings
 from benchbay.runner import SuiteRunner
 from benchbay.suite import load
 from tests.conftest import TINY, benchbay_cmd, write_suite
 
-RECORD_FIELDS = {"schema", "suite", "run_id", "point_id", "label", "repeat", "workload", "params", "knobs", "status",
-                 "reason", "metrics", "series", "extra", "world_size", "ranks", "env", "started_at", "duration_s"}
+RECORD_FIELDS = {"schema", "suite", "run_id", "point_id", "label", "repeat", "workload", "params", "knobs", "device",
+                 "status", "reason", "metrics", "series", "extra", "world_size", "ranks", "env", "health", "started_at",
+                 "duration_s"}
 METRICS = {"step_time_s", "step_time_mean_s", "step_time_p10_s", "step_time_p90_s", "step_time_cv", "first_step_s",
            "samples_per_step", "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu",
            "peak_mem_allocated_gib", "peak_mem_reserved_gib", "alloc_retries", "num_ooms", "nvml_mem_used_gib",
@@ -23,6 +26,8 @@ METRICS = {"step_time_s", "step_time_mean_s", "step_time_p10_s", "step_time_p90_
            "gpu_sm_clock_mhz_mean", "warmup_steps", "measured_steps"}
 ENV = {"machine_key", "gpu", "gpu_count", "driver", "cuda", "torch", "python", "cpu", "cpu_count", "git_commit",
        "packages"}
+HEALTH = {"cpu_available", "cpu_point_cores", "cpu_other_cores", "cpu_other_top", "cpu_governor", "cpu_freq_mhz",
+          "cpu_freq_max_mhz", "on_battery", "warnings", "machine_warnings"}
 
 
 def test_smoke_suite_records_every_field(tmp_path, in_repo):
@@ -42,6 +47,8 @@ timeout: 120
         assert RECORD_FIELDS <= set(r), RECORD_FIELDS - set(r)
         assert METRICS <= set(r["metrics"]), METRICS - set(r["metrics"])
         assert ENV <= set(r["env"])
+        assert HEALTH <= set(r["health"]) and r["device"] == "cpu"
+        assert r["health"]["cpu_point_cores"] > 0 and isinstance(r["health"]["warnings"], list)
         assert len(r["series"]["step_times_s"]) == 6 and len(r["series"]["losses"]) == 6
         m = r["metrics"]
         assert m["measured_steps"] == 4 and m["warmup_steps"] == 2
@@ -121,8 +128,10 @@ def _wait_for_records(path, n, proc, limit=120):
 def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env, sig):
     suite = _slow_suite(tmp_path)
     results = tmp_path / "results"
+    # a test run started in the background inherits SIGINT ignored: give the child the default back
     proc = subprocess.Popen(benchbay_cmd("run", str(suite), "--results", str(results), "--no-report"),
-                            env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     records = None
     deadline = time.time() + 120
     while records is None and time.time() < deadline:
@@ -187,3 +196,42 @@ timeout: 120
     assert max(r["knobs"]["mbs"] for r in records if r["status"] == "ok") == 16
     with pytest.raises(ValueError, match="no point labelled 'nope'"):
         SuiteRunner(load(path), tmp_path / "results", labels=["nope"])
+
+
+# ---- the machine's health around a point ---------------------------------------------------------
+
+def test_other_load_is_the_busy_time_the_point_did_not_use():
+    start = CpuSnapshot(perf_t=0.0, wall_t=1000.0, busy_s=100.0, own_s=10.0,
+                        others={(7, 900.0): ("stress", 50.0), (8, 900.0): ("idle", 5.0)})
+    end = CpuSnapshot(perf_t=2.0, wall_t=1002.0, busy_s=104.0, own_s=11.0,
+                      others={(7, 900.0): ("stress", 51.6), (8, 900.0): ("idle", 5.0), (9, 1001.0): ("new", 0.3),
+                              (10, 950.0): ("unseen", 9.0)})
+    load = cpu_load(start, end, cpus=2)
+    assert load["cpu_point_cores"] == pytest.approx(0.5) and load["cpu_other_cores"] == pytest.approx(1.5)
+    # the busiest first; a process started during the point counts whole; one missed at the start is unknown
+    assert [t.split(" (pid")[0] for t in load["cpu_other_top"]] == ["stress", "new"]
+    assert load["cpu_other_top"][0].endswith("0.80 CPUs")
+
+
+def test_warnings_say_what_made_a_point_or_the_machine_suspect():
+    quiet = {"cpu_other_cores": 0.1, "cpu_available": 2, "cpu_other_top": []}
+    assert point_warnings(quiet) == []
+    busy = point_warnings({**quiet, "cpu_other_cores": 0.95, "cpu_other_top": ["make (pid 3) 0.90 CPUs"]})
+    assert busy == ["busy CPU: other processes used 0.95 of 2 CPUs (make (pid 3) 0.90 CPUs)"]
+    assert point_warnings({**quiet, "cpu_other_cores": 0.95, "cpu_available": 128}) == []  # 1% of a large host
+    gpu = point_warnings({"gpu_other_processes": ["python (pid 9, 3.0 GiB)"],
+                          "gpu_clock_events": ["software power cap", "hardware thermal slowdown"]})
+    assert gpu == ["shared GPU: python (pid 9, 3.0 GiB)", "GPU clocks slowed: hardware thermal slowdown"]
+    assert machine_warnings({"cpu_governor": "performance", "gpu_power_limit_w": 700, "gpu_power_default_w": 700}) == []
+    assert machine_warnings({"cpu_governor": "powersave", "on_battery": True, "gpu_power_limit_w": 500,
+                             "gpu_power_default_w": 700}) == [
+        "CPU frequency governor powersave, not performance: clocks follow the load",
+        "on battery power: the CPU may be held back", "GPU power limit 500 W, below its default 700 W"]
+
+
+def test_a_points_own_processes_are_never_other_load():
+    with HealthCheck() as check:
+        child = subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    result = check.result()
+    assert child.returncode == 0 and result["cpu_point_cores"] > 0
+    assert not any("sum(i" in text for text in result["cpu_other_top"])

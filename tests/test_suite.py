@@ -143,3 +143,38 @@ name: st
 workload: "{TINY}"
 steps: {{warmup: 3, measure: 10, steady: [20, 30]}}
 """))
+
+
+def test_suite_knobs_are_checked_against_every_workload_of_the_points(tmp_path):
+    """quickstart: every point names its workload; a suite knob goes to each that knows it."""
+    path = write_suite(tmp_path / "mixed.yaml", f"""
+name: mixed
+knobs: {{mbs: 2}}
+sweep:
+  points:
+    - {{label: a, workload: "{TINY}"}}
+    - {{label: b, workload: {{name: decode}}, backend: pyav}}
+""")
+    assert {p.knobs["mbs"] for p in load(path).expand()} == {2}
+    with pytest.raises(SuiteError) as info:
+        load(path, ["knobs.mbs=abc", "knobs.backend=nosuch", "knobs.warp=1"])
+    problems = {p.key: p.expected for p in info.value.problems}
+    assert problems["knobs.mbs"] == "a positive integer, got 'abc'"
+    assert problems["knobs.backend"].startswith("one of [")  # decode's own knob, checked against decode
+    assert "a knob of ['decode', 'tiny']" in problems["knobs.warp"]
+    assert len(info.value.problems) == 3  # the same problem is said once, not once per workload
+
+
+def test_empty_points_and_missing_data_are_errors(tmp_path):
+    with pytest.raises(SuiteError) as info:
+        load(write_suite(tmp_path / "e.yaml", f"""
+name: e
+workload: {{name: decode, params: {{root: {tmp_path / "nosuch"}}}}}
+sweep: {{points: []}}
+"""))
+    problems = {p.key: p.expected for p in info.value.problems}
+    assert problems["sweep.points"].startswith("at least one point")
+    assert problems["workload.params.root"] == f"an existing path (data on disk), got '{tmp_path / 'nosuch'}': " \
+        "it does not exist"
+    existing = f"name: ok\nworkload: {{name: decode, params: {{root: {tmp_path}}}}}\n"
+    assert load(write_suite(tmp_path / "ok.yaml", existing)).params == {"root": str(tmp_path)}

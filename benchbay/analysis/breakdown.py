@@ -10,7 +10,9 @@ Step-time changes are ratios of medians of the pooled steady-state steps, with a
 bootstrap interval (repeats, then steps: :func:`benchbay.analysis.stats.bootstrap_ratio`).
 Throughput changes follow from them: the per-GPU samples of one step are fixed by the
 configuration, so throughput ratio = samples-per-step ratio / step-time ratio, interval included.
-When a label names several points (a labelled point crossed with a grid), the first is used.
+A change whose interval includes no change is ``not significant`` (its ``verdict``); the
+cumulative speed-up has an interval of its own. ``notes`` carries each point's noise and health
+notes. When a label names several points (a labelled point crossed with a grid), the first is used.
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from benchbay.analysis.tables import OK
 
 BEST_PREFIX = "best-"
 _CHANGE_COLUMNS = ("step_change", "step_change_low", "step_change_high",
-                   "throughput_change", "throughput_change_low", "throughput_change_high")
+                   "throughput_change", "throughput_change_low", "throughput_change_high", "verdict")
+NOT_SIGNIFICANT = "not significant"
 
 
-def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95) -> dict[str, float]:
+def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95) -> dict[str, Any]:
     """Relative change of step time and throughput from ``base`` to ``cand`` (0.1 = +10 %), with
-    bootstrap bounds (NaN where a side has no per-step samples)."""
+    bootstrap bounds (NaN where a side has no per-step samples), and the verdict on throughput."""
     out = dict.fromkeys(_CHANGE_COLUMNS, np.nan)
     if base["steady_samples"] and cand["steady_samples"]:
         est = bootstrap_ratio(base["steady_samples"], cand["steady_samples"], confidence=confidence)
@@ -47,7 +50,15 @@ def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95) ->
     if np.isfinite(per_step):
         out.update(throughput_change=per_step / ratio - 1,
                    throughput_change_low=per_step / high - 1, throughput_change_high=per_step / low - 1)
+    out["verdict"] = _verdict(out["throughput_change_low"], out["throughput_change_high"])
     return out
+
+
+def _verdict(low: float, high: float) -> str:
+    """faster / slower when the throughput interval lies on one side of no change."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "no interval"
+    return "faster" if low > 0 else "slower" if high < 0 else NOT_SIGNIFICANT
 
 
 def knob_changes(base: pd.Series, cand: pd.Series, columns: Sequence[str]) -> str:
@@ -68,7 +79,8 @@ def _first_with_label(summary: pd.DataFrame, label: str) -> pd.Series | None:
 def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 0.95) -> pd.DataFrame:
     """One row per label: its figures, its change from the previous ok label, and its throughput
     relative to the first ok label (``speedup``)."""
-    columns = ["label", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *_CHANGE_COLUMNS, "speedup"]
+    columns = ["label", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *_CHANGE_COLUMNS, "speedup",
+               "speedup_low", "speedup_high", "notes"]
     identity = _identity_columns(summary)
     rows: list[dict[str, Any]] = []
     previous = first = None
@@ -78,12 +90,15 @@ def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 
             rows.append({"label": label, "status": "missing"})
             continue
         row = {"label": label, "status": point["status"], "step_time_s": point["step_time_s"],
-               "samples_per_s_per_gpu": point["samples_per_s_per_gpu"],
+               "samples_per_s_per_gpu": point["samples_per_s_per_gpu"], "notes": point.get("notes", ""),
                "changes": knob_changes(previous, point, identity) if previous is not None else ""}
         if point["status"] == OK:
             if previous is not None:
-                row.update(point_changes(previous, point, confidence))
-                row["speedup"] = point["samples_per_s_per_gpu"] / first["samples_per_s_per_gpu"]
+                changes = point_changes(previous, point, confidence)
+                overall = changes if previous is first else point_changes(first, point, confidence)
+                row.update(changes)
+                row.update(speedup=1 + overall["throughput_change"], speedup_low=1 + overall["throughput_change_low"],
+                           speedup_high=1 + overall["throughput_change_high"])
             else:
                 row["speedup"] = 1.0
             previous = point
@@ -95,7 +110,8 @@ def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 
 def leave_one_out(summary: pd.DataFrame, best_label: str, knob: str = "mbs", confidence: float = 0.95) -> pd.DataFrame:
     """The best point minus each optimisation: change of each such point relative to the best
     (a positive step change means the removed optimisation was saving time)."""
-    columns = ["without", "point", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *_CHANGE_COLUMNS]
+    columns = ["without", "point", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *_CHANGE_COLUMNS,
+               "notes"]
     best = _first_with_label(summary, best_label)
     if best is None or best["status"] != OK:
         return pd.DataFrame(columns=columns)
@@ -114,7 +130,7 @@ def leave_one_out(summary: pd.DataFrame, best_label: str, knob: str = "mbs", con
             continue
         row = {"without": without, "point": point["name"], "status": point["status"],
                "changes": knob_changes(best, point, identity), "step_time_s": point["step_time_s"],
-               "samples_per_s_per_gpu": point["samples_per_s_per_gpu"]}
+               "samples_per_s_per_gpu": point["samples_per_s_per_gpu"], "notes": point.get("notes", "")}
         if point["status"] == OK:
             row.update(point_changes(best, point, confidence))
         rows.append(row)

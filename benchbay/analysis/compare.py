@@ -8,7 +8,10 @@ confidence interval (repeats, then steps), a Mann-Whitney p-value, and a verdict
 - ``faster`` / ``slower`` (``less memory`` / ``more memory`` for memory): the change is at least
   ``min_change`` AND statistically real (the interval excludes 1, and p < alpha where the sample
   sizes let the rank test reach alpha at all);
-- ``no change``;
+- ``no change``: the change is real but under ``min_change``, or its whole interval lies within
+  ``min_change`` of no change;
+- ``not significant``: the interval reaches past ``min_change`` yet includes no change (or the
+  rank test does not confirm it): the data cannot tell an effect from noise;
 - ``failed``: the point ran in the baseline but not in the candidate (oom, crash, timeout...);
 - ``not comparable``: the environments differ in GPU model, driver, CUDA or torch version (the
   reason names which), the point is missing on one side, or a figure is missing.
@@ -18,6 +21,9 @@ Per-step samples come from the steady window of ``step_times_s`` (after ``warmup
 samples are the recorded figure scaled by ``step_time_s / t``. Peak memory has one value per
 repeat; with a single repeat its interval collapses to the point (memory peaks are close to
 deterministic) and the verdict rests on ``min_change`` alone.
+
+``caution`` names a side whose steady steps were noisy or whose machine was busy (see
+:mod:`benchbay.analysis.quality`); it never changes the verdict, it says why to doubt it.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ import numpy as np
 import pandas as pd
 
 from benchbay.analysis.frame import knob_columns, param_columns
-from benchbay.analysis.stats import bootstrap_ratio, mann_whitney_floor, mann_whitney_p
+from benchbay.analysis.quality import notes, warnings_of
+from benchbay.analysis.stats import bootstrap_ratio, coefficient_of_variation, mann_whitney_floor, mann_whitney_p
 
 
 @dataclass(frozen=True)
@@ -59,21 +66,23 @@ METRICS: dict[str, Metric] = {
     )
 }
 DEFAULT_METRICS = ("step_time", "samples_per_s_per_gpu", "peak_mem", "mfu")
+NOT_SIGNIFICANT = "not significant"
 
 #: environment fields that make two measurements incomparable when they differ
 ENV_KEYS = ("gpu", "driver", "cuda", "torch")
 
 # record fields that are not knobs (to find knob columns in a frame without ``knob_names``)
 _RECORD_FIELDS = frozenset(
-    """schema suite run_id point_id label repeat workload status reason world_size ranks started_at
-    duration_s step_time_s step_time_mean_s step_time_p10_s step_time_p90_s step_time_cv first_step_s
+    """schema suite run_id point_id label repeat workload device status reason world_size nnodes launcher ranks
+    started_at duration_s step_time_s step_time_mean_s step_time_p10_s step_time_p90_s step_time_cv first_step_s
     warmup_steps measured_steps samples_per_step samples_per_s samples_per_s_per_gpu flops_per_sample
     frozen_flops_per_sample mfu peak_flops peak_mem_allocated_gib peak_mem_reserved_gib
     device_mem_total_gib alloc_retries num_ooms nvml_mem_used_gib host_rss_gib cpu_util_mean cpu_util_cv
     gpu_util_mean gpu_power_w_mean gpu_sm_clock_mhz_mean oom_step exit_code signal compile_time_s
-    step_times_s losses cpu_util cpu_util_t knob_names knobs params metrics series extra env path run_dir""".split()
+    step_times_s losses cpu_util cpu_util_t knob_names knobs params metrics series extra env health path
+    run_dir""".split()
 )
-_NON_KNOB_PREFIXES = ("env.", "extra.", "param.", "metrics.", "series.", "rank")
+_NON_KNOB_PREFIXES = ("env.", "extra.", "health.", "param.", "metrics.", "series.", "rank")
 
 
 def _is_missing(value: Any) -> bool:
@@ -265,7 +274,8 @@ def compare_metric(
     # the rank test vetoes only where it could reject: 3 repeats of a memory peak per side cannot
     test_can_reject = mann_whitney_floor(pooled_base.size, pooled_cand.size) < alpha
     real = estimate.excludes_one and (not test_can_reject or p_value < alpha)
-    verdict = "no change"
+    within = 1.0 - min_change <= estimate.low and estimate.high <= 1.0 + min_change
+    verdict = "no change" if real or within else NOT_SIGNIFICANT
     if real and abs(estimate.ratio - 1.0) >= min_change:
         verdict = metric.worse if worse_by > 0 else metric.better
     out.update(
@@ -274,6 +284,20 @@ def compare_metric(
         regression=verdict == metric.worse,
     )
     return out
+
+
+def point_caution(point: MatchedPoint) -> str:
+    """Why to doubt a comparison of this point: ``candidate noisy: CV 0.41; baseline busy CPU: ...``,
+    or "" when both sides ran quietly."""
+    parts = []
+    for side, rows in (("baseline", point.baseline), ("candidate", point.candidate)):
+        ok = _ok(rows)
+        steps = [steady_step_times(r) for _, r in ok.iterrows()]
+        pooled = np.concatenate(steps) if steps else np.empty(0)
+        text = notes(coefficient_of_variation(pooled) if pooled.size > 1 else None, warnings_of(ok))
+        if text:
+            parts.append(f"{side} {text}")
+    return "; ".join(parts)
 
 
 def describe_points(keys: Sequence[Mapping[str, str]], labels: Sequence[str | None]) -> list[str]:
@@ -301,7 +325,8 @@ def compare(
     ignore_knobs: Sequence[str] = (),
 ) -> pd.DataFrame:
     """One row per matched point and metric: suite, point, the key columns, metric, statistic,
-    baseline, candidate, ratio, ci_low, ci_high, p_value, worse_by, verdict, regression, reason.
+    baseline, candidate, ratio, ci_low, ci_high, p_value, worse_by, verdict, regression, reason,
+    caution.
 
     Metrics that neither side records for a point (e.g. MFU on CPU) are left out.
     """
@@ -312,13 +337,14 @@ def compare(
     rows = []
     names = describe_points([p.key for p in points], [p.label for p in points])
     for point, name in zip(points, names, strict=True):
+        caution = point_caution(point)
         for metric_name in metrics:
             metric = METRICS[metric_name]
             if metric_name != metrics[0] and not _recorded(point, metric):
                 continue  # a figure neither side has (e.g. MFU on CPU); the first metric always shows
             result = compare_metric(point, metric, statistic=statistic, min_change=min_change,
                                     confidence=confidence, alpha=alpha, n_boot=n_boot, seed=seed)
-            rows.append({"point": name, "label": point.label, **point.key, **result})
+            rows.append({"point": name, "label": point.label, **point.key, **result, "caution": caution})
     return pd.DataFrame(rows)
 
 
@@ -333,8 +359,9 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
-def format_note(reason: Any) -> str:
-    return "" if _is_missing(reason) else str(reason)
+def format_note(*texts: Any) -> str:
+    """The non-empty texts (a reason, a caution) joined."""
+    return "; ".join(str(t) for t in texts if not _is_missing(t) and str(t))
 
 
 def format_value(value: Any) -> str:
@@ -355,13 +382,22 @@ def format_compare(table: pd.DataFrame, *, only_changes: bool = False) -> str:
     if table.empty:
         return "No points to compare."
     if only_changes:
-        table = table[table["verdict"] != "no change"]
+        table = table[~table["verdict"].isin(["no change", NOT_SIGNIFICANT])]
         if table.empty:
             return "No changes."
     rows = [
         (r["point"], f"{r['metric']} ({r['statistic']})", format_value(r["baseline"]), format_value(r["candidate"]),
-         format_ratio(r), format_value(r["p_value"]), r["verdict"], format_note(r["reason"]))
+         format_ratio(r), format_value(r["p_value"]), r["verdict"], format_note(r["reason"], r.get("caution")))
         for _, r in table.iterrows()
     ]
     headers = ("point", "metric", "baseline", "candidate", "ratio [CI]", "p", "verdict", "note")
-    return markdown_table(headers, rows)
+    return markdown_table(headers, rows) + caution_line(table)
+
+
+def caution_line(table: pd.DataFrame) -> str:
+    """A closing line when points ran noisy or on a busy machine, else ""."""
+    doubtful = table.loc[table["caution"].astype(bool), "point"].nunique() if "caution" in table else 0
+    if not doubtful:
+        return ""
+    return (f"\n\nCaution: {doubtful} of {table['point'].nunique()} points ran noisy or on a machine that was not "
+            "quiet (see the notes): a verdict there may be noise; measure again on a quiet machine.")

@@ -3,9 +3,9 @@
 Layout: top-level scalars as columns (``suite``, ``run_id``, ``point_id``, ``label``, ``repeat``,
 ``status``...), every knob under its plain name (``mbs``, ``compile``...), params as
 ``param.<name>``, metrics under their plain names (``step_time_s``...), env as ``env.<key>``,
-extra as ``extra.<key>``, series as list columns (``step_times_s``, ``losses``, ``cpu_util``,
-``cpu_util_t``). ``knob_names`` holds each row's knob names, so analysis can tell knob columns
-from metric columns without a list of every metric.
+extra as ``extra.<key>``, the runner's machine checks as ``health.<key>``, series as list columns
+(``step_times_s``, ``losses``, ``cpu_util``, ``cpu_util_t``). ``knob_names`` holds each row's knob
+names, so analysis can tell knob columns from metric columns without a list of every metric.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 import pandas as pd
 
 #: record sections spread into prefixed (or plain) columns instead of kept as one value
-_SECTIONS = {"knobs": "", "params": "param.", "metrics": "", "series": "", "env": "env.", "extra": "extra."}
+_SECTIONS = {"knobs": "", "params": "param.", "metrics": "", "series": "", "env": "env.", "extra": "extra.",
+             "health": "health."}
 
 
 def flatten_record(record: Mapping[str, Any]) -> dict[str, Any]:

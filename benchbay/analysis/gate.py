@@ -25,6 +25,8 @@ import pandas as pd
 
 from benchbay.analysis.compare import (
     METRICS,
+    NOT_SIGNIFICANT,
+    caution_line,
     compare_metric,
     describe_points,
     format_note,
@@ -32,6 +34,7 @@ from benchbay.analysis.compare import (
     format_value,
     markdown_table,
     match_points,
+    point_caution,
 )
 from benchbay.analysis.thresholds import Threshold, parse_threshold, value_matches
 
@@ -101,6 +104,7 @@ def gate(
     names = describe_points([p.key for p in points], [p.label for p in points])
     for point, name in zip(points, names, strict=True):
         where = _representative_row(point.candidate if len(point.candidate) else point.baseline)
+        caution = point_caution(point)
         for threshold in parsed:
             if not threshold.applies_to(where):
                 continue
@@ -110,7 +114,7 @@ def gate(
             incomparable = result["verdict"] == "not comparable"
             passed = not result["regression"] and not (fail_on_incomparable and incomparable)
             rows.append({"point": name, "label": point.label, "threshold": str(threshold), **point.key,
-                         **result, "passed": passed})
+                         **result, "caution": caution, "passed": passed})
     checks = pd.DataFrame(rows)
     failed = (
         (not checks.empty and not checks["passed"].all())
@@ -126,7 +130,8 @@ def _check_rows(checks: pd.DataFrame) -> list[tuple]:
     return [
         (r["point"], f"`{r['threshold']}`", format_value(r["baseline"]), format_value(r["candidate"]),
          format_ratio(r), format_value(r["p_value"]),
-         r["verdict"] + (f" ({format_note(r['reason'])})" if format_note(r["reason"]) else ""))
+         r["verdict"] + (f" ({format_note(r['reason'])})" if format_note(r["reason"]) else "")
+         + (" ⚠" if r["caution"] else ""))
         for _, r in checks.head(_MAX_TABLE_ROWS).iterrows()
     ]
 
@@ -154,8 +159,11 @@ def format_gate(result: GateResult, thresholds: Sequence[Threshold]) -> str:
         lines.append("No point was covered by a threshold.")
     lines.append("Thresholds: " + ", ".join(f"`{t}`" for t in thresholds) + ".")
     if len(checks):
+        if caution := caution_line(checks):
+            lines.append(caution.strip())
         lines += _section("Regressions", checks[checks["regression"]])
-        improved = checks[~checks["regression"] & ~checks["verdict"].isin(["no change", "not comparable"])]
+        improved = checks[~checks["regression"] & ~checks["verdict"].isin(["no change", NOT_SIGNIFICANT,
+                                                                            "not comparable"])]
         lines += _section("Improvements", improved)
         incomparable = checks[checks["verdict"] == "not comparable"]
         if len(incomparable):
@@ -164,6 +172,10 @@ def format_gate(result: GateResult, thresholds: Sequence[Threshold]) -> str:
             for reason, names in reasons.items():
                 shown = ", ".join(map(str, names[:8])) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
                 lines.append(f"- {shown}: {reason}")
+        doubtful = checks[checks["caution"].astype(bool)].drop_duplicates("point")
+        if len(doubtful):
+            lines += ["", "#### Caution", ""]
+            lines += [f"- {r['point']}: {r['caution']}" for _, r in doubtful.head(_MAX_TABLE_ROWS).iterrows()]
     if result.loss_checks:
         headers = ("reference", "candidate", "steps", "max abs diff", "max rel diff", "tolerance", "result")
         rows = [(c.reference, c.candidate, len(c.candidate_losses), format_value(c.max_abs_diff),
@@ -171,6 +183,13 @@ def format_gate(result: GateResult, thresholds: Sequence[Threshold]) -> str:
                  "pass" if c.passed else f"FAIL: {c.message}") for c in result.loss_checks]
         lines += ["", "#### Loss equivalence", "", markdown_table(headers, rows)]
     return "\n".join(lines) + "\n"
+
+
+def format_no_baseline(machine_key: str, name: str | None, where: str | Path, required: bool) -> str:
+    """The verdict when there is nothing to gate against: a warning, or a failure when required."""
+    head = "❌ FAIL: no baseline" if required else "⚠️ no baseline: nothing was gated"
+    return (f"### benchbay gate: {head}\n\nNo baseline for {machine_key} (name {name!r}) under {where}; save one "
+            "with `benchbay baseline save RUN --name NAME`" + (" (--require-baseline)" if required else "") + ".\n")
 
 
 def _loss_curve(df: pd.DataFrame, label: str, where: Mapping[str, Any] | None) -> np.ndarray:

@@ -14,11 +14,16 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
-from benchbay.analysis.tables import OK, configurations
+from benchbay.analysis.tables import OK, configurations, device_word
 
 DPI = 110
 FAILED_STYLE = {"oom": ("x", "tab:red"), "other": ("^", "black")}
+#: a waterfall bar's colour by its verdict (``benchbay.analysis.breakdown``); anything else is grey
+VERDICT_COLORS = {"faster": "tab:green", "slower": "tab:red"}
+NOT_SIGNIFICANT_COLOR = "lightgray"
+MIN_CPU_SAMPLES = 3  # fewer samples draw no course over time
 #: per-view decode latency in seconds (``benchbay.decode.measure.latency_summary`` via ``extra``)
 LATENCY_MEDIAN, LATENCY_P90 = "extra.view_latency_ms_median", "extra.view_latency_ms_p90"  # benchbay.decode
 
@@ -42,10 +47,14 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
     fig = Figure(figsize=(11, 4.2))
     ax_rate, ax_mem = fig.subplots(1, 2)
     limit = summary["device_mem_total_gib"].max()
+    # on CPU the host's resident memory is the memory figure there is
+    on_device = summary["peak_mem_reserved_gib"].notna().any()
+    memory, memory_label = (("peak_mem_reserved_gib", "peak reserved memory (GiB)") if on_device
+                            else ("host_rss_gib", "host RSS (GiB)"))
     for (name, points), color in zip(configs, _colors(len(configs)), strict=True):
         ok = points[points["status"] == OK]
         ax_rate.plot(ok[knob], ok["samples_per_s_per_gpu"], "o-", color=color, label=name)
-        ax_mem.plot(ok[knob], ok["peak_mem_reserved_gib"], "o-", color=color, label=name)
+        ax_mem.plot(ok[knob], ok[memory], "o-", color=color, label=name)
         for _, failed in points[points["status"] != OK].iterrows():
             kind = "oom" if failed["status"] == "oom" else "other"
             marker, mcolor = FAILED_STYLE[kind]
@@ -56,7 +65,7 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
     if np.isfinite(limit):
         ax_mem.axhline(limit, ls="--", color="gray", label=f"device memory {limit:.1f} GiB")
     values = sorted({v for _, points in configs for v in points[knob]})
-    for ax, ylabel in ((ax_rate, "samples/s/GPU"), (ax_mem, "peak reserved memory (GiB)")):
+    for ax, ylabel in ((ax_rate, f"samples/s/{device_word(summary)}"), (ax_mem, memory_label)):
         ax.set_xscale("log", base=2)
         ax.set_xticks(values, [str(v) for v in values], fontsize=8)
         ax.minorticks_off()
@@ -66,7 +75,7 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
         ax.grid(alpha=0.3)
     ax_mem.legend(fontsize=8, loc="best")
     ax_rate.set_title("throughput (x / ^ = failed point)")
-    ax_mem.set_title("peak memory")
+    ax_mem.set_title("peak memory" if on_device else "memory")
     return _save(fig, path)
 
 
@@ -151,10 +160,11 @@ def decoder_latency(summary: pd.DataFrame, path: Path) -> Path | None:
 
 def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
     """Process CPU utilisation over time for the decoder points (first ok repeat each): one panel
-    per suite point label (a grid's values, e.g. backend and preset, are the lines of a panel)."""
+    per suite point label (a grid's values, e.g. backend and preset, are the lines of a panel).
+    None when no point has enough samples to draw a course over time (the table gives the mean)."""
     points = decoder_points(summary)
     points = points[points["cpu_util"].map(_has_list) & points["cpu_util_t"].map(_has_list)]
-    if points.empty:
+    if not points["cpu_util"].map(lambda v: len(v) >= MIN_CPU_SAMPLES).any():
         return None
     names = points["name"].astype(str)
     panels = names.str.split(" ", n=1).str[0]
@@ -165,23 +175,25 @@ def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
     axes = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
     for ax, group in zip(axes, groups, strict=False):
         for (_, point), name in zip(points[panels == group].iterrows(), names[panels == group], strict=True):
-            ax.plot(point["cpu_util_t"], point["cpu_util"], label=name.partition(" ")[2] or name)
+            # markers: a short point's few samples stay visible beside the longer lines
+            ax.plot(point["cpu_util_t"], point["cpu_util"], "o-", markersize=3, label=name.partition(" ")[2] or name)
         ax.set_title(group, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     for ax in axes[len(groups):]:
         ax.set_visible(False)
     for ax in axes[::cols]:
-        ax.set_ylabel("CPU (% of one core)")
-    fig.supxlabel("time since the sampler started (s)")
-    fig.tight_layout()
+        ax.set_ylabel("CPU (% of one core)", fontsize=8)
+    for ax in axes[:len(groups)][-cols:]:
+        ax.set_xlabel("seconds since the measured steps began", fontsize=8)
     return _save(fig, path)
 
 
-def waterfall(table: pd.DataFrame, path: Path) -> Path | None:
+def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
     """Time per sample as a waterfall over the breakdown (each bar spans the change from the
     previous ok step, whisker = its confidence interval; per sample, since a step of a larger
-    micro-batch is longer and yet faster) and the throughput of each step."""
+    micro-batch is longer and yet faster) and the throughput of each step. A change or speed-up
+    whose interval includes no change is grey and marked "n.s.", never drawn as a gain or loss."""
     ok = table[table["status"] == OK]
     if len(ok) < 2:
         return None
@@ -189,9 +201,10 @@ def waterfall(table: pd.DataFrame, path: Path) -> Path | None:
     ax_time, ax_rate = fig.subplots(1, 2)
     x = np.arange(len(ok))
     rates = ok["samples_per_s_per_gpu"].to_numpy(float)
-    times = 1e3 / rates  # ms per sample per GPU
+    times = 1e3 / rates  # ms per sample per device
     previous = np.concatenate([[0.0], times[:-1]])
-    colors = ["tab:gray"] + ["tab:green" if t <= p else "tab:red" for t, p in zip(times[1:], times[:-1], strict=True)]
+    verdicts = list(ok["verdict"])[1:]
+    colors = ["tab:blue"] + [VERDICT_COLORS.get(v, NOT_SIGNIFICANT_COLOR) for v in verdicts]
     if times.max() / times.min() > 20:  # an official-style baseline dwarfs the rest
         ax_time.set_yscale("log")
         previous[0] = times.min() / 2  # a log axis has no zero
@@ -202,19 +215,25 @@ def waterfall(table: pd.DataFrame, path: Path) -> Path | None:
     has_ci = np.isfinite(low) & np.isfinite(high)
     ax_time.errorbar(x[has_ci], times[has_ci], yerr=[times[has_ci] - low[has_ci], high[has_ci] - times[has_ci]],
                      fmt="none", ecolor="black", capsize=4)
-    for xi, t, change in zip(x[1:], times[1:], ok["throughput_change"].to_numpy(float)[1:], strict=True):
-        ax_time.annotate(f"{1 / (1 + change) - 1:+.1%}", (xi, t), textcoords="offset points", xytext=(0, 6),
+    changes = ok["throughput_change"].to_numpy(float)[1:]
+    for xi, t, change, verdict in zip(x[1:], times[1:], changes, verdicts, strict=True):
+        mark = "" if verdict in VERDICT_COLORS else "\nn.s."
+        ax_time.annotate(f"{1 / (1 + change) - 1:+.1%}{mark}", (xi, t), textcoords="offset points", xytext=(0, 6),
                          ha="center", fontsize=8)
-    ax_rate.bar(x, rates, color="tab:blue")
-    for xi, rate, speedup in zip(x, rates, ok["speedup"], strict=True):
-        ax_rate.annotate(f"{speedup:.2f}x", (xi, rate), textcoords="offset points", xytext=(0, 4), ha="center",
-                         fontsize=8)
-    for ax, ylabel in ((ax_time, "ms per sample per GPU"), (ax_rate, "samples/s/GPU")):
+    real = (ok["speedup_low"].to_numpy(float) > 1) | (ok["speedup_high"].to_numpy(float) < 1)
+    ax_rate.bar(x, rates, color=["tab:blue"] + ["tab:blue" if r else NOT_SIGNIFICANT_COLOR for r in real[1:]])
+    for xi, rate, speedup, r in zip(x, rates, ok["speedup"], real, strict=True):
+        ax_rate.annotate(f"{speedup:.2f}x" + ("" if r or xi == 0 else " n.s."), (xi, rate), textcoords="offset points",
+                         xytext=(0, 4), ha="center", fontsize=8)
+    for ax, ylabel in ((ax_time, f"ms per sample per {per}"), (ax_rate, f"samples/s/{per}")):
         ax.set_xticks(x, list(ok["label"]), rotation=20, ha="right")
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
     ax_time.set_title("time per sample, change per optimisation")
     ax_rate.set_title("throughput, speed-up over the first")
+    if any(v not in VERDICT_COLORS for v in verdicts) or not real[1:].all():
+        ax_time.legend(handles=[Patch(color=NOT_SIGNIFICANT_COLOR, label="n.s.: not significant (the 95% "
+                                      "interval includes no change)")], fontsize=7, loc="best")
     return _save(fig, path)
 
 

@@ -3,8 +3,9 @@
 A *point* is one configuration of a suite (one ``point_id``); its rows are its repeats. The
 summary keeps one row per point: the knobs and params, the combined status of the repeats, the
 step time as the median of the pooled steady-state steps of the ok repeats (the definition
-``benchbay.analysis.compare`` and the gate use), medians of the rates, maxima of the memory
-peaks, and the first ok repeat's series and extras for plots.
+``benchbay.analysis.compare`` and the gate use) and their coefficient of variation, medians of the
+rates, maxima of the memory peaks, the health warnings of its repeats with ``notes`` for a reader
+(see ``benchbay.analysis.quality``), and the first ok repeat's series and extras for plots.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import pandas as pd
 from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
 from benchbay.analysis.mfu import mfu_column
+from benchbay.analysis.quality import notes, warnings_of
+from benchbay.analysis.stats import coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
 
 OK = "ok"
 #: figures summarised by their median over the ok repeats
-MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "step_time_cv", "first_step_s", "samples_per_step",
+MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "first_step_s", "samples_per_step",
                   "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu", "cpu_util_mean",
                   "gpu_util_mean", "compile_time_s", "warmup_steps")
 #: figures summarised by their maximum over the ok repeats (the worst case is what limits a batch)
@@ -30,7 +33,7 @@ MAX_METRICS = ("peak_mem_allocated_gib", "peak_mem_reserved_gib", "device_mem_to
                "nvml_mem_used_gib", "host_rss_gib")
 #: per-record lists kept from the first ok repeat
 SERIES = ("step_times_s", "losses", "cpu_util", "cpu_util_t")
-IDENTITY = ("suite", "workload", "point_id", "world_size", "env.gpu", "knob_names")
+IDENTITY = ("suite", "workload", "point_id", "world_size", "device", "env.gpu", "knob_names")
 
 
 def combined_status(statuses: Sequence[str]) -> str:
@@ -62,9 +65,11 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     samples = [s for s in (steady_step_times(r) for _, r in ok.iterrows()) if s.size]
     out["steady_samples"] = samples
     if samples:
-        out["step_time_s"] = float(np.median(np.concatenate(samples)))
+        pooled = np.concatenate(samples)
+        out["step_time_s"], out["step_time_cv"] = float(np.median(pooled)), coefficient_of_variation(pooled)
     else:
         out["step_time_s"] = ok["step_time_s"].median() if "step_time_s" in ok else np.nan
+        out["step_time_cv"] = ok["step_time_cv"].median() if "step_time_cv" in ok else np.nan
     for m in MEDIAN_METRICS:
         out[m] = ok[m].median() if m in ok else np.nan
     for m in MAX_METRICS:
@@ -74,6 +79,8 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     out["warmup_detected"] = float(np.median(warmups)) if warmups else np.nan
     for s in SERIES:
         out[s] = _first_valid(ok[s]) if s in ok else None
+    out["health_warnings"] = warnings_of(rows)
+    out["notes"] = notes(out["step_time_cv"], out["health_warnings"])
     return out
 
 
@@ -120,19 +127,32 @@ def suite_varying(summary: pd.DataFrame, suite: str) -> list[str]:
     return varying_columns(points, knob_columns(points) + param_columns(points))
 
 
-#: the sweep table's figures, in display order
-SWEEP_COLUMNS = ("label", "status", "repeats", "step_time_s", "step_time_p10_s", "step_time_p90_s",
-                 "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "mfu",
-                 "warmup_detected", "reason")
+#: the sweep table's columns, in display order (the knobs and params that vary follow them)
+SWEEP_COLUMNS = ("name", "status", "repeats", "step_time_s", "step_time_p10_s", "step_time_p90_s", "step_time_cv",
+                 "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "host_rss_gib", "mfu",
+                 "warmup_detected", "notes", "reason")
+#: the key figures, for a terminal
+KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", "peak_mem_allocated_gib", "host_rss_gib",
+               "mfu", "notes", "reason")
 
 
-def sweep_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """One suite's points, indexed by the knobs that vary (record order), with the sweep figures."""
-    if summary.empty:
+def sweep_table(points: pd.DataFrame, columns: Sequence[str] = SWEEP_COLUMNS) -> pd.DataFrame:
+    """Points of one workload: name, status and the figures recorded first, then the knobs and
+    params that vary among them. Host RSS stands in for the peak memory of points run on CPU."""
+    if points.empty:
         return pd.DataFrame()
-    varying = suite_varying(summary, summary["suite"].iloc[0]) or ["name"]
-    columns = [c for c in SWEEP_COLUMNS if c in summary.columns and summary[c].notna().any()]
-    return summary.set_index(varying)[columns]
+    varying = varying_columns(points, knob_columns(points) + param_columns(points))
+    device_memory = "peak_mem_allocated_gib" in points and points["peak_mem_allocated_gib"].notna().any()
+    shown = [c for c in columns if c in points and points[c].map(lambda v: not is_missing(v) and v != "").any()
+             and not (c == "host_rss_gib" and device_memory)]
+    return points[shown + [c for c in varying if c not in shown]].reset_index(drop=True)
+
+
+def device_word(points: pd.DataFrame) -> str:
+    """What a rate is per: "GPU" for points run on GPUs, else "device" (a process on CPU)."""
+    if "device" in points and points["device"].notna().any():
+        return "GPU" if (points["device"] == "cuda").any() else "device"
+    return "GPU" if "peak_mem_allocated_gib" in points and points["peak_mem_allocated_gib"].notna().any() else "device"
 
 
 def config_columns(summary: pd.DataFrame, knob: str) -> list[str]:

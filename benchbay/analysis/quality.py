@@ -1,0 +1,39 @@
+"""How far a point's figures can be trusted: a noisy steady window (a high coefficient of
+variation of its step times), or a machine that was not quiet while it ran (the runner's health
+check, the ``health.*`` columns: see :mod:`benchbay.collect.health`).
+
+Neither changes a figure or a verdict; both are said beside it, so that a reader does not take
+noise for an effect.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import pandas as pd
+
+#: above this coefficient of variation of the steady steps, a median of a few steps moves by
+#: several percent from one run to the next (a quiet GPU step is below 0.02)
+NOISY_CV = 0.10
+POINT_WARNINGS, MACHINE_WARNINGS = "health.warnings", "health.machine_warnings"
+
+
+def is_noisy(cv: float | None) -> bool:
+    return cv is not None and not (isinstance(cv, float) and math.isnan(cv)) and cv > NOISY_CV
+
+
+def noise_note(cv: float | None) -> str | None:
+    return f"noisy: CV {cv:.2f}" if is_noisy(cv) else None
+
+
+def warnings_of(rows: pd.DataFrame, column: str = POINT_WARNINGS) -> list[str]:
+    """The distinct health warnings of these records (a point's repeats, a run), first seen first."""
+    if column not in rows:
+        return []
+    return list(dict.fromkeys(w for listed in rows[column] if isinstance(listed, list) for w in listed))
+
+
+def notes(cv: float | None, warnings: Iterable[str]) -> str:
+    """``noisy: CV 0.41; busy CPU: ...``, or "" for a point measured quietly."""
+    return "; ".join(n for n in (noise_note(cv), *warnings) if n)

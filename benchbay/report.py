@@ -109,7 +109,7 @@ DISPLAY_NAMES = {
     "break_even_steps": "break-even (steps)", "step_change": "step time change [CI]",
     "throughput_change": "throughput change [CI]", "speedup": "speed-up", "first_failing": "first failing",
     "largest_ok": "largest ok", "eager_point": "eager point", "final_loss": "final loss",
-    "max_abs_diff": "max abs diff from first", "step_time_cv": "CV", "host_rss_gib": "host RSS (GiB)",
+    "max_abs_diff": "max abs diff from first", "step_time_cv": "CV", "peak_host_rss_gib": "peak host RSS (GiB)",
 }
 
 

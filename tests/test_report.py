@@ -98,7 +98,7 @@ def test_sweep_table_matches_the_records(train_records, train):
     assert list(table.columns[:3]) == ["name", "status", "repeats"]  # what a reader looks for first
     assert list(table.columns[-7:]) == ["attention", "compile", "cuda_graph", "mbs", "offload", "recompute",
                                         "sharding"]  # then the knobs that vary
-    assert "host_rss_gib" not in table  # a GPU's peak memory is shown instead
+    assert "peak_host_rss_gib" not in table  # a GPU's peak memory is shown instead
     assert len(table) == len({r["point_id"] for r in train_records})
     for point_id in {r["point_id"] for r in train_records}:
         reps = [r for r in train_records if r["point_id"] == point_id]
@@ -356,7 +356,7 @@ def cpu_point(label: str, recompute: str, series: list[float], health: dict | No
     median = float(np.median(steps))
     metrics = {"step_time_s": median, "step_time_cv": float(steps.std() / steps.mean()), "warmup_steps": 0,
                "measured_steps": steps.size, "samples_per_step": 2, "samples_per_s": 2 / median,
-               "samples_per_s_per_gpu": 2 / median, "host_rss_gib": 1.5}
+               "samples_per_s_per_gpu": 2 / median, "peak_host_rss_gib": 1.5}
     out = record("quick", "tiny", {}, {"mbs": 2, "recompute": recompute}, 0, "ok", ENV_CPU, label=label,
                  metrics=metrics, series={"step_times_s": series, "losses": []})
     return {**out, "device": "cpu", "health": health or {}}

@@ -50,7 +50,7 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
     # on CPU the host's resident memory is the memory figure there is
     on_device = summary["peak_mem_reserved_gib"].notna().any()
     memory, memory_label = (("peak_mem_reserved_gib", "peak reserved memory (GiB)") if on_device
-                            else ("host_rss_gib", "host RSS (GiB)"))
+                            else ("peak_host_rss_gib", "peak host RSS (GiB)"))
     for (name, points), color in zip(configs, _colors(len(configs)), strict=True):
         ok = points[points["status"] == OK]
         ax_rate.plot(ok[knob], ok["samples_per_s_per_gpu"], "o-", color=color, label=name)

@@ -30,7 +30,7 @@ MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "first_step_s", "samples
                   "gpu_util_mean", "compile_time_s", "warmup_steps")
 #: figures summarised by their maximum over the ok repeats (the worst case is what limits a batch)
 MAX_METRICS = ("peak_mem_allocated_gib", "peak_mem_reserved_gib", "device_mem_total_gib", "alloc_retries",
-               "nvml_mem_used_gib", "host_rss_gib")
+               "nvml_mem_used_gib", "peak_host_rss_gib")
 #: per-record lists kept from the first ok repeat
 SERIES = ("step_times_s", "losses", "cpu_util", "cpu_util_t")
 IDENTITY = ("suite", "workload", "point_id", "world_size", "device", "env.gpu", "knob_names")
@@ -129,10 +129,10 @@ def suite_varying(summary: pd.DataFrame, suite: str) -> list[str]:
 
 #: the sweep table's columns, in display order (the knobs and params that vary follow them)
 SWEEP_COLUMNS = ("name", "status", "repeats", "step_time_s", "step_time_p10_s", "step_time_p90_s", "step_time_cv",
-                 "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "host_rss_gib", "mfu",
+                 "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "peak_host_rss_gib", "mfu",
                  "warmup_detected", "notes", "reason")
 #: the key figures, for a terminal
-KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", "peak_mem_allocated_gib", "host_rss_gib",
+KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_host_rss_gib",
                "mfu", "notes", "reason")
 
 
@@ -144,7 +144,7 @@ def sweep_table(points: pd.DataFrame, columns: Sequence[str] = SWEEP_COLUMNS) ->
     varying = varying_columns(points, knob_columns(points) + param_columns(points))
     device_memory = "peak_mem_allocated_gib" in points and points["peak_mem_allocated_gib"].notna().any()
     shown = [c for c in columns if c in points and points[c].map(lambda v: not is_missing(v) and v != "").any()
-             and not (c == "host_rss_gib" and device_memory)]
+             and not (c == "peak_host_rss_gib" and device_memory)]
     return points[shown + [c for c in varying if c not in shown]].reset_index(drop=True)
 
 

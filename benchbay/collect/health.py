@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from benchbay.collect.nvml import _nvml as nvml_library
+from benchbay.collect.nvml import library as nvml_library
 
 GIB = 1024**3
 #: other processes using at least this many CPUs (and this share of the usable ones) make a point busy

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import resource
+
 import psutil
 import torch
 
@@ -22,6 +24,8 @@ def peak(device: torch.device) -> dict[str, float | int | None]:
         "peak_mem_allocated_gib": None, "peak_mem_reserved_gib": None, "alloc_retries": None,
         "num_ooms": None, "device_mem_total_gib": None, "nvml_mem_used_gib": None,
         "host_rss_gib": psutil.Process().memory_info().rss / GIB,
+        # the process's peak since it started (the OS keeps no window): a CPU point's peak memory
+        "peak_host_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
     }
     if device.type == "cuda":
         stats = torch.cuda.memory_stats(device)

@@ -9,7 +9,8 @@ GIB = 1024**3
 
 
 @functools.cache
-def _nvml():
+def library():
+    """The initialised pynvml module, or None where NVML cannot be used."""
     try:
         import pynvml
 
@@ -23,7 +24,7 @@ def _nvml():
 def _handle(cuda_index: int):
     """NVML's handle of a CUDA device. NVML numbers GPUs in PCI order and ignores
     CUDA_VISIBLE_DEVICES, so the device is found by its UUID; the index is the fall-back."""
-    lib = _nvml()
+    lib = library()
     if lib is None:
         return None, None
     try:
@@ -41,7 +42,7 @@ def _handle(cuda_index: int):
 
 def devices() -> list[dict[str, str]]:
     """Name of each visible GPU and the driver version."""
-    lib = _nvml()
+    lib = library()
     if lib is None:
         return []
     try:

@@ -19,7 +19,7 @@ from benchbay.decode import clips
 from benchbay.decode.backends import BACKENDS, MODES, DecodeError, Decord2, Settings, backend
 from benchbay.decode.clips import PRESETS, VideoDataset, source_frame, write_dataset
 from benchbay.decode.measure import FRAME_TOLERANCE, fingerprint, fingerprints_agree, mean_abs_diff
-from benchbay.decode.patterns import PATTERNS
+from benchbay.decode.patterns import PATTERNS, DreamZeroClip
 from benchbay.workloads.decode import Decode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -173,15 +173,27 @@ def test_corrupt_video_is_a_clear_error_naming_the_file(datasets, tmp_path, name
 
 # ---- patterns and measurements ------------------------------------------------------------------
 
+def test_dreamzero_pattern_takes_what_one_training_sample_takes():
+    # upstream's sampler (lerobot_sharded.py, max_chunk_size 4), worked by hand for a 240-frame episode
+    frames = DreamZeroClip.frames_for_step
+    assert frames(100, 240) == tuple(range(52, 149, 3))  # anchors 100, 76, 124, 52: 32 frames + 1
+    assert frames(0, 240) == tuple(range(0, 97, 3))  # nothing behind: anchors 0, 24, 48, 72
+    assert frames(216, 240) == tuple(range(144, 217, 3))  # frame 240 lies past the end: the last 7 go
+    assert len(frames(100, 240)) == 33 and (33 - 1) // 4 + 1 == 9  # 9 latent frames
+    assert frames(30, 60) == (*range(6, 52, 3), 54)  # anchor 54's action chunk would not fit
+    assert frames(6, 30) == ()  # one chunk whose extra frame lies past the end: no video upstream
+
+
 def test_patterns_ask_for_the_documented_frames(datasets):
     ds = datasets["droid"]
     clip = PATTERNS["dreamzero"](ds, seed=5)
-    for i in range(5):
+    for i in range(8):
         views = clip.sample(i)
         assert [v.camera for v in views] == ds.cameras
-        anchor = views[0].indices[0]
-        assert all(v.indices == tuple(anchor + k for k in range(0, 22, 3)) for v in views)
-        assert views[0].indices[-1] < ds.lengths[views[0].episode]
+        assert len({v.indices for v in views}) == 1  # the same frames from every camera
+        indices = views[0].indices
+        assert len(indices) == 9 and indices == tuple(range(indices[0], indices[0] + 25, 3))
+        assert indices[-1] < ds.lengths[views[0].episode]
     assert clip.sample(3) == PATTERNS["dreamzero"](ds, seed=5).sample(3)
     assert {len(v.indices) for v in PATTERNS["wallx"](ds).sample(0)} == {1}
     assert PATTERNS["sequential"](ds).sample(0)[0].indices == tuple(range(30))
@@ -210,7 +222,7 @@ def _run(ds: VideoDataset, monkeypatch, knobs: dict, steps: int = 4) -> dict:
 def test_workload_reports_latency_cpu_memory_and_fingerprint(datasets, monkeypatch):
     extra = _run(datasets["droid"], monkeypatch, {"backend": "pyav", "mode": "best", "keep_open": True})
     assert extra["codec"] == "h264" and extra["cameras"] == 3 and extra["measured_samples"] == 2
-    assert extra["views"] == 6 and extra["frames"] == 48
+    assert extra["views"] == 6 and extra["frames"] == 54  # 9 frames per view from 30-frame episodes
     assert extra["opens"] <= 3  # two episodes: at most one not yet opened during the two warm-up samples
     for key in ("view_latency_ms", "sample_latency_ms", "view_decode_ms"):
         assert 0 < extra[f"{key}_median"] <= extra[f"{key}_p90"] <= extra[f"{key}_p99"]

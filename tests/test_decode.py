@@ -101,24 +101,47 @@ def _reference(ds: VideoDataset, camera: str, indices) -> torch.Tensor:
     return backend("pyav", Settings(mode="best")).open(ds.video_path(camera, 0)).get_frames(indices)
 
 
+#: every way of driving each backend: (backend, mode, seek_mode), seek_mode None = the mode's own
+WAYS = [(name, mode, seek_mode) for name in IN_PROCESS for mode in MODES
+        for seek_mode in (None, *BACKENDS[name].seek_modes)
+        if BACKENDS[name].seek_mode_reason(Settings(mode=mode, seek_mode=seek_mode)) is None]
+
+
 @pytest.mark.parametrize("preset", sorted(TINY))
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", IN_PROCESS)
-def test_backends_decode_the_requested_frames_identically(datasets, preset, mode, name):
+@pytest.mark.parametrize(("name", "mode", "seek_mode"), WAYS)
+def test_backends_decode_the_requested_frames_identically(datasets, preset, name, mode, seek_mode):
     if not _can_decode(name, preset):
         pytest.skip(f"{name} cannot open {CODEC[preset]} (covered by the unsupported-codec test)")
     ds, spec = datasets[preset], TINY[preset]
     camera = ds.cameras[1]
-    handle = backend(name, Settings(mode=mode)).open(ds.video_path(camera, 0))
+    handle = backend(name, Settings(mode=mode, seek_mode=seek_mode)).open(ds.video_path(camera, 0))
     assert handle.num_frames == spec.episode_frames
     frames = handle.get_frames(INDICES)
+    again = handle.get_frames(INDICES[::-1])  # a kept-open decoder serves later requests from where it stands
     handle.close()
     assert frames.dtype == torch.uint8 and tuple(frames.shape) == (len(INDICES), spec.height, spec.width, 3)
+    assert torch.equal(again, frames.flip(0))
     assert mean_abs_diff(frames, _reference(ds, camera, INDICES)) <= FRAME_TOLERANCE
     for got, t in zip(frames, INDICES, strict=True):
         # the right frame: close to what was encoded, far from its neighbour
         want, neighbour = (torch.from_numpy(source_frame(spec, 1, 3, u)) for u in (t, t - 1 if t else 1))
         assert mean_abs_diff(got, want) < 12 < mean_abs_diff(got, neighbour)
+
+
+def test_best_is_chosen_by_how_a_decoder_is_kept():
+    def options(name, **settings):
+        return backend(name, Settings(**settings)).describe()
+
+    # PyAV: its packet index pays only when reused; loader mode is LeRobot's keyframe route
+    assert options("pyav", mode="best")["seek_mode"] == "keyframe"
+    assert options("pyav", mode="best", keep_open=True)["seek_mode"] == "index"
+    assert options("pyav", mode="loader", keep_open=True)["seek_mode"] == "keyframe"
+    assert options("pyav", mode="best", seek_mode="index")["seek_mode"] == "index"
+    assert "for best" in BACKENDS["pyav"].seek_mode_reason(Settings(mode="loader", seek_mode="index"))
+    assert "one of keyframe, index" in BACKENDS["pyav"].seek_mode_reason(Settings(mode="best", seek_mode="exact"))
+    assert "one way" in BACKENDS["decord"].seek_mode_reason(Settings(seek_mode="exact"))
+    with pytest.raises(ValueError, match="does not apply to decord"):
+        backend("decord", Settings(seek_mode="exact"))
 
 
 def test_decord2_runs_in_its_own_process(datasets, tmp_path):
@@ -223,6 +246,7 @@ def test_workload_reports_latency_cpu_memory_and_fingerprint(datasets, monkeypat
     extra = _run(datasets["droid"], monkeypatch, {"backend": "pyav", "mode": "best", "keep_open": True})
     assert extra["codec"] == "h264" and extra["cameras"] == 3 and extra["measured_samples"] == 2
     assert extra["views"] == 6 and extra["frames"] == 54  # 9 frames per view from 30-frame episodes
+    assert extra["backend_settings"]["seek_mode"] == "index"  # best, kept open
     assert extra["opens"] <= 3  # two episodes: at most one not yet opened during the two warm-up samples
     for key in ("view_latency_ms", "sample_latency_ms", "view_decode_ms"):
         assert 0 < extra[f"{key}_median"] <= extra[f"{key}_p90"] <= extra[f"{key}_p99"]

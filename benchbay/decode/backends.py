@@ -5,7 +5,9 @@ Each backend is driven two ways (``mode``):
 - ``loader``: as the real training loaders drive it (RLinf: torchcodec, approximate seek, one
   FFmpeg thread; DreamZero: decord ``get_batch``; Wall-X through LeRobotDataset: PyAV, seeking to
   the keyframe before the first timestamp and converting every frame up to the last one).
-- ``best``: the fastest way this library offers for the same request.
+- ``best``: the fastest way this library offers for the same request, which may depend on whether
+  a file's decoder is opened per sample or kept open (``keep_open``): PyAV's packet index pays for
+  itself only when it is reused (see ``PyAV``).
 
 Libraries are imported in ``open`` only: a point runs one backend in its own process, and some
 combinations crash when loaded together (decord2's FFmpeg before torchcodec's, on AV1).
@@ -17,7 +19,7 @@ import importlib.metadata
 import importlib.util
 from abc import ABC, abstractmethod
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,12 +45,15 @@ class DecodeError(RuntimeError):
 @dataclass(frozen=True)
 class Settings:
     """How to drive a backend. ``threads`` None = what the mode prescribes, 0 = the library's
-    automatic choice; ``seek_mode`` (torchcodec only) None = what the mode prescribes."""
+    automatic choice; ``seek_mode`` None = what the mode prescribes (each backend's own values,
+    ``Backend.seek_modes``); ``keep_open``: one decoder per file reused across samples, else a
+    decoder opened per sample (as the real loaders do)."""
 
     mode: str = "loader"
     threads: int | None = None
     device: str = "cpu"
     seek_mode: str | None = None
+    keep_open: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -92,12 +97,30 @@ class Backend(ABC):
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
     #: effective options per mode; ``Settings`` fields that are set override them
     mode_options: ClassVar[dict[str, dict[str, Any]]]
+    #: the ``seek_mode`` values this backend understands (none: it has one way to find frames)
+    seek_modes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, settings: Settings = Settings()):
         self.settings = settings
-        self.options = dict(self.mode_options[settings.mode])
+        self.options = self._mode_options()
         if settings.threads is not None:
             self.options["threads"] = settings.threads
+        if settings.seek_mode is not None:
+            reason = self.seek_mode_reason(settings)
+            if reason:
+                raise ValueError(reason)
+            self.options["seek_mode"] = settings.seek_mode
+
+    def _mode_options(self) -> dict[str, Any]:
+        return dict(self.mode_options[self.settings.mode])
+
+    @classmethod
+    def seek_mode_reason(cls, settings: Settings) -> str | None:
+        """Why ``settings.seek_mode`` does not apply to this backend (None if it does)."""
+        if settings.seek_mode is None or settings.seek_mode in cls.seek_modes:
+            return None
+        known = f"one of {', '.join(cls.seek_modes)}" if cls.seek_modes else "none: it has one way to find frames"
+        return f"seek_mode {settings.seek_mode!r} does not apply to {cls.name} ({known})"
 
     @classmethod
     def unavailable_reason(cls, device: str = "cpu") -> str | None:
@@ -120,7 +143,8 @@ class Backend(ABC):
 
     def describe(self) -> dict[str, Any]:
         """The effective settings, for the record."""
-        return {"backend": self.name, "mode": self.settings.mode, "device": self.settings.device, **self.options}
+        return {"backend": self.name, "mode": self.settings.mode, "device": self.settings.device,
+                "keep_open": self.settings.keep_open, **self.options}
 
     def open(self, path: Path | str) -> Handle:
         path = Path(path)
@@ -149,11 +173,7 @@ class TorchCodec(Backend):
     # single FFmpeg thread; best: FFmpeg picks the thread count
     mode_options = {"loader": {"seek_mode": "approximate", "threads": 1},
                     "best": {"seek_mode": "approximate", "threads": 0}}
-
-    def __init__(self, settings: Settings = Settings()):
-        super().__init__(settings)
-        if settings.seek_mode is not None:
-            self.options["seek_mode"] = settings.seek_mode
+    seek_modes = ("approximate", "exact")
 
     def _open(self, path: Path) -> Handle:
         from torchcodec.decoders import VideoDecoder
@@ -233,11 +253,31 @@ class _DecordHandle(Handle):
 # ---- PyAV ---------------------------------------------------------------------------------------
 
 class PyAV(Backend):
+    """loader: LeRobot's PyAV path (FFmpeg's default slice threading, every decoded frame converted).
+    best: frame+slice threading, only the requested frames converted, and the seek that wins in the
+    setting: ``keyframe`` (seek to the keyframe before the first frame, decode on to the last) when
+    a decoder is opened per sample, ``index`` (demux the whole file once at open to index its
+    packets, then seek only where a keyframe lies between) when it is kept open. The index costs a
+    pass over the file at every open: opened per sample on GOP 12 files it ran 1.88x slower than the
+    keyframe seek (H200 host); see the README's decoder figures."""
+
     name = "pyav"
     distribution = module = "av"
-    # loader: LeRobot's PyAV path (FFmpeg's default slice threading); best: frame+slice threading
-    mode_options = {"loader": {"thread_type": "SLICE", "threads": 0},
+    mode_options = {"loader": {"thread_type": "SLICE", "threads": 0, "seek_mode": "keyframe"},
                     "best": {"thread_type": "AUTO", "threads": 0}}
+    seek_modes = ("keyframe", "index")
+
+    def _mode_options(self) -> dict[str, Any]:
+        options = super()._mode_options()
+        if self.settings.mode == "best":
+            options["seek_mode"] = "index" if self.settings.keep_open else "keyframe"
+        return options
+
+    @classmethod
+    def seek_mode_reason(cls, settings: Settings) -> str | None:
+        if settings.mode == "loader" and settings.seek_mode not in (None, "keyframe"):
+            return "PyAV's loader mode is LeRobot's route (seek_mode keyframe); other seek modes are for best"
+        return super().seek_mode_reason(settings)
 
     def _open(self, path: Path) -> Handle:
         import av
@@ -249,7 +289,10 @@ class PyAV(Backend):
         stream = container.streams.video[0]
         stream.thread_type = self.options["thread_type"]
         stream.codec_context.thread_count = self.options["threads"]
-        handle_type = _LeRobotPyAVHandle if self.settings.mode == "loader" else _SeekingPyAVHandle
+        if self.settings.mode == "loader":
+            handle_type: type[_PyAVHandle] = _LeRobotPyAVHandle
+        else:
+            handle_type = _IndexedPyAVHandle if self.options["seek_mode"] == "index" else _KeyframePyAVHandle
         return handle_type(self.name, path, container, stream)
 
 
@@ -257,6 +300,13 @@ class _PyAVHandle(Handle):
     def __init__(self, backend: str, path: Path, container: Any, stream: Any):
         super().__init__(backend, path)
         self.container, self.stream = container, stream
+        self.fps = float(stream.average_rate)
+        self.start = stream.start_time or 0  # in stream time base
+        self.start_s = float(self.start * stream.time_base)
+
+    @property
+    def num_frames(self) -> int:
+        return self.stream.frames
 
     def close(self) -> None:
         self.container.close()
@@ -265,34 +315,48 @@ class _PyAVHandle(Handle):
         """To the keyframe at or before ``pts`` (the container flushes the decoder)."""
         self.container.seek(pts, backward=True, any_frame=False, stream=self.stream)
 
+    def _frames_from_keyframe(self, first_s: float, last_s: float) -> Iterator[Any]:
+        """Seek to the keyframe at or before ``first_s`` (seconds from the stream's start), then
+        yield the decoded frames up to the first at or after ``last_s``."""
+        self._seek(self.start + round(first_s / self.stream.time_base))
+        for frame in self.container.decode(self.stream):
+            yield frame
+            if frame.time - self.start_s >= last_s - 1e-6:
+                return
+
 
 class _LeRobotPyAVHandle(_PyAVHandle):
     """LeRobot's pyav route: seek to the keyframe before the first requested timestamp, decode and
     convert every frame up to the last one, then take the frame nearest each timestamp."""
 
-    def __init__(self, backend: str, path: Path, container: Any, stream: Any):
-        super().__init__(backend, path, container, stream)
-        self.fps = float(stream.average_rate)
-        self.start = stream.start_time or 0
-
-    @property
-    def num_frames(self) -> int:
-        return self.stream.frames
-
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
         wanted = np.asarray(indices, dtype=np.float64) / self.fps
-        self._seek(self.start + int(wanted.min() / self.stream.time_base))
         times, frames = [], []
-        for frame in self.container.decode(self.stream):
-            times.append(frame.time)
+        for frame in self._frames_from_keyframe(wanted.min(), wanted.max()):
+            times.append(frame.time - self.start_s)
             frames.append(frame.to_ndarray(format="rgb24"))
-            if frame.time >= wanted.max() - 1e-6:
-                break
         nearest = np.abs(np.asarray(times)[None, :] - wanted[:, None]).argmin(axis=1)
         return torch.from_numpy(np.stack([frames[i] for i in nearest]))
 
 
-class _SeekingPyAVHandle(_PyAVHandle):
+class _KeyframePyAVHandle(_PyAVHandle):
+    """Seek to the keyframe before the first requested frame, decode on to the last one, convert
+    only the requested frames (identified by their timestamps on the constant frame rate)."""
+
+    def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        wanted = set(indices)
+        decoded: dict[int, np.ndarray] = {}
+        for frame in self._frames_from_keyframe(min(indices) / self.fps, max(indices) / self.fps):
+            index = round((frame.time - self.start_s) * self.fps)
+            if index in wanted:
+                decoded[index] = frame.to_ndarray(format="rgb24")
+        missing = wanted - decoded.keys()
+        if missing:
+            raise DecodeError(self.backend, self.path, f"no frames with indices {sorted(missing)} decoded")
+        return torch.from_numpy(np.stack([decoded[i] for i in indices]))
+
+
+class _IndexedPyAVHandle(_PyAVHandle):
     """Index the packets once at open (no decoding), then per request decode on from where the
     decoder stands when no keyframe lies between, else seek to the target's keyframe; convert
     only the requested frames."""

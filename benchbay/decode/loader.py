@@ -20,11 +20,12 @@ OPEN_FILES = 64
 
 
 class SampleDecoder:
-    """Decodes a sample's views with one backend, timing each. Opens every file per sample, as the
-    real loaders do, unless ``keep_open`` (then an LRU of open decoders is reused)."""
+    """Decodes a sample's views with one backend, timing each around the backend's calls only (open,
+    decode, close). Opens every file per sample, as the real loaders do, unless the backend's
+    settings say ``keep_open`` (then an LRU of open decoders is reused)."""
 
-    def __init__(self, decoder: Backend, keep_open: bool = False):
-        self.decoder, self.keep_open = decoder, keep_open
+    def __init__(self, decoder: Backend):
+        self.decoder, self.keep_open = decoder, decoder.settings.keep_open
         self._open: OrderedDict[str, Handle] = OrderedDict()
 
     def __call__(self, requests: list[ViewRequest]) -> tuple[list[torch.Tensor], list[ViewTiming]]:
@@ -60,10 +61,8 @@ class DecodeDataset(Dataset):
     "timings": [ViewTiming per camera]}. The decoder is made in the process that uses it (each
     DataLoader worker its own)."""
 
-    def __init__(self, pattern: Pattern, backend_name: str, settings: Settings, keep_open: bool = False,
-                 length: int = 1_000_000):
-        self.pattern, self.backend_name, self.settings = pattern, backend_name, settings
-        self.keep_open, self.length = keep_open, length
+    def __init__(self, pattern: Pattern, backend_name: str, settings: Settings, length: int = 1_000_000):
+        self.pattern, self.backend_name, self.settings, self.length = pattern, backend_name, settings, length
         self._decoder: SampleDecoder | None = None
 
     def __len__(self) -> int:
@@ -71,7 +70,7 @@ class DecodeDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         if self._decoder is None:
-            self._decoder = SampleDecoder(backend(self.backend_name, self.settings), self.keep_open)
+            self._decoder = SampleDecoder(backend(self.backend_name, self.settings))
         frames, timings = self._decoder(self.pattern.sample(i))
         return {"frames": frames, "timings": timings}
 

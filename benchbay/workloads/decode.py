@@ -45,7 +45,9 @@ class Decode(StepWorkload):
         "mode": Choice(("loader", "best"), "loader: as real loaders drive the backend; best: its fastest way"),
         "pattern": Choice(tuple(PATTERNS), "; ".join(f"{n}: {p.help}" for n, p in PATTERNS.items())),
         "threads": Choice(("mode", 0, 1, 2, 4, 8), "decoder threads; mode: as the mode prescribes, 0: automatic"),
-        "seek_mode": Choice(("mode", "approximate", "exact"), "torchcodec seek mode; mode: as the mode prescribes"),
+        "seek_mode": Choice(("mode", "approximate", "exact", "keyframe", "index"),
+                            "how frames are found; mode: as the mode prescribes; torchcodec: approximate | exact; "
+                            "pyav (best): keyframe (seek, decode on) | index (demux the file at open)"),
         "device": Choice(("cpu", "cuda"), "where frames are decoded (cuda: NVDEC)"),
         "keep_open": Choice((False, True), "reuse each file's decoder across samples (else open per sample)"),
         "num_workers": Choice((0, 1, 2, 4, 8), "DataLoader worker processes (0: decode in the main process)"),
@@ -68,17 +70,14 @@ class Decode(StepWorkload):
         k = self.knob_values
         self.backend_name = k["backend"]
         self.settings = Settings(mode=k["mode"], threads=None if k["threads"] == "mode" else k["threads"],
-                                 device=k["device"], seek_mode=None if k["seek_mode"] == "mode" else k["seek_mode"])
+                                 device=k["device"], seek_mode=None if k["seek_mode"] == "mode" else k["seek_mode"],
+                                 keep_open=k["keep_open"])
         self.seed = int(k.get("seed", 0))
 
     # ---- protocol -------------------------------------------------------------------------------
     def skip_reason(self) -> str | None:
-        reason = BACKENDS[self.backend_name].unavailable_reason(self.settings.device)
-        if reason:
-            return reason
-        if self.settings.seek_mode is not None and self.backend_name != "torchcodec":
-            return "seek_mode applies to torchcodec only"
-        return None
+        cls = BACKENDS[self.backend_name]
+        return cls.unavailable_reason(self.settings.device) or cls.seek_mode_reason(self.settings)
 
     def clip_spec(self) -> ClipSpec:
         p = self.params
@@ -93,7 +92,7 @@ class Decode(StepWorkload):
         self.decoder = backend(self.backend_name, self.settings)
         self._probe()
         self.foreground = Foreground(self.device) if k["interference"] == "on" else None
-        data = DecodeDataset(self.pattern, self.backend_name, self.settings, keep_open=k["keep_open"])
+        data = DecodeDataset(self.pattern, self.backend_name, self.settings)
         self.loader = make_loader(data, batch_size=self.mbs, num_workers=k["num_workers"],
                                   prefetch_factor=k["prefetch_factor"], pin_memory=k["pin_memory"])
         self.foreground_alone = self._foreground_alone()

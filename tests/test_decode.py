@@ -81,6 +81,18 @@ def test_dataset_is_deterministic_and_not_static(datasets, tmp_path):
     assert np.abs(a.astype(int) - b.astype(int)).mean() > 20  # neighbouring frames differ clearly
 
 
+def test_content_is_measured_and_noise_raises_it(datasets, tmp_path):
+    ds, spec = datasets["droid"], TINY["droid"]
+    size = sum(p.stat().st_size for p in (ds.root / "videos").rglob("*.mp4"))
+    frames = spec.episodes * spec.episode_frames * len(spec.cameras)
+    assert ds.content() == pytest.approx({"kb_per_frame": size / frames / 1e3,
+                                          "bits_per_pixel": 8 * size / frames / spec.height / spec.width})
+    noisy = VideoDataset.open(write_dataset(tmp_path / "noisy", spec.replace(noise=20), seed=3))
+    assert noisy.content()["kb_per_frame"] > 2 * ds.content()["kb_per_frame"]
+    with pytest.raises(ValueError, match="clip noise must be an integer >= 0"):
+        spec.replace(noise=-1)
+
+
 def test_cached_dataset_is_written_once(tmp_path):
     first = clips.cached_dataset(TINY["droid"], seed=1, cache_dir=tmp_path)
     mtime = (first / "meta" / "info.json").stat().st_mtime_ns
@@ -252,6 +264,7 @@ def test_workload_reports_latency_cpu_memory_and_fingerprint(datasets, monkeypat
         assert 0 < extra[f"{key}_median"] <= extra[f"{key}_p90"] <= extra[f"{key}_p99"]
     assert extra["frames_per_s"] > 0 and extra["cpu_time_s"] > 0 and extra["peak_rss_gib"] > 0
     assert extra["cpu_util_mean"] > 0
+    assert extra["kb_per_frame"] > 0 and extra["bits_per_pixel"] == pytest.approx(8e3 * extra["kb_per_frame"] / 96 / 64)
     assert extra["source_mad"] < 12
     json.dumps(extra)  # the record must be able to hold it
 

@@ -4,7 +4,8 @@ by one backend, driven as a real loader drives it (``mode: loader``) or its best
 foreground loop stands in for the training step (``interference: on``).
 
 The dataset is synthetic (generated once per spec and seed into a cache, see
-``benchbay.decode.clips``) unless ``params.root`` points at a LeRobot v2.x dataset on disk.
+``benchbay.decode.clips``) unless ``params.root`` points at a LeRobot v2.x dataset on disk. Records
+carry the dataset's ``kb_per_frame`` and ``bits_per_pixel``: decoding speed depends on them.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class Decode(StepWorkload):
         # overrides of the preset's clip spec (None keeps the preset's value)
         "episode_frames": None, "episodes": None, "height": None, "width": None,
         "codec": None, "gop": None, "crf": None, "encoder_preset": None,
+        # content: fine texture and per-frame noise amplitudes (0-255); more noise, more kB per frame
+        "grain": None, "noise": None,
         "warmup_samples": 2,  # first samples left out of the latency statistics
     }
 
@@ -83,7 +86,8 @@ class Decode(StepWorkload):
         p = self.params
         return PRESETS[self.knob_values["preset"]].replace(
             episode_frames=p["episode_frames"], episodes=p["episodes"], height=p["height"], width=p["width"],
-            codec=p["codec"], gop=p["gop"], crf=p["crf"], preset=p["encoder_preset"])
+            codec=p["codec"], gop=p["gop"], crf=p["crf"], preset=p["encoder_preset"], grain=p["grain"],
+            noise=p["noise"])
 
     def setup(self) -> None:
         k = self.knob_values
@@ -173,7 +177,7 @@ class Decode(StepWorkload):
             "backend_settings": self.decoder.describe(), "codec": self.dataset.codec(camera),
             "resolution": "x".join(map(str, self.dataset.info["features"][camera]["shape"][:2])),
             "cameras": len(self.dataset.cameras), "samples": len(self.samples), "measured_samples": len(measured),
-            **latency_summary(measured),
+            **self.dataset.content(), **latency_summary(measured),
             "loader_samples_per_s": len(measured) / wall if rated else None,
             "frames_per_s": frames / wall if rated else None,
             "loader_rate_note": None if rated else (f"{len(measured)} measured samples, fewer than the workers' "

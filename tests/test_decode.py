@@ -18,6 +18,7 @@ import torch
 from benchbay.decode import clips
 from benchbay.decode.backends import BACKENDS, MODES, DecodeError, Decord2, Settings, backend
 from benchbay.decode.clips import PRESETS, VideoDataset, source_frame, write_dataset
+from benchbay.decode.loader import SampleDecoder
 from benchbay.decode.measure import FRAME_TOLERANCE, fingerprint, fingerprints_agree, mean_abs_diff
 from benchbay.decode.patterns import PATTERNS, DreamZeroClip
 from benchbay.workloads.decode import Decode
@@ -260,10 +261,15 @@ def test_workload_reports_latency_cpu_memory_and_fingerprint(datasets, monkeypat
     assert extra["views"] == 6 and extra["frames"] == 54  # 9 frames per view from 30-frame episodes
     assert extra["backend_settings"]["seek_mode"] == "index"  # best, kept open
     assert extra["opens"] <= 3  # two episodes: at most one not yet opened during the two warm-up samples
-    for key in ("view_latency_ms", "sample_latency_ms", "view_decode_ms"):
+    for key in ("view_latency_ms", "view_cpu_ms", "sample_latency_ms", "view_decode_ms"):
         assert 0 < extra[f"{key}_median"] <= extra[f"{key}_p90"] <= extra[f"{key}_p99"]
     assert extra["frames_per_s"] > 0 and extra["cpu_time_s"] > 0 and extra["peak_rss_gib"] > 0
     assert extra["cpu_util_mean"] > 0
+    # the decoding calls' CPU and the rest add up to all the process spent
+    assert extra["decode_cpu_s_per_sample"] > 0
+    assert extra["cpu_s_per_sample"] == pytest.approx(
+        extra["decode_cpu_s_per_sample"] + extra["loader_overhead_cpu_ms_per_sample"] / 1e3)
+    assert extra["loader_overhead_ms_per_sample"] is not None  # num_workers 0: the wait beyond the calls
     assert extra["kb_per_frame"] > 0 and extra["bits_per_pixel"] == pytest.approx(8e3 * extra["kb_per_frame"] / 96 / 64)
     assert extra["source_mad"] < 12
     json.dumps(extra)  # the record must be able to hold it
@@ -283,6 +289,21 @@ def test_workload_through_workers_with_interference(datasets, monkeypatch):
     assert extra["foreground_step_s_alone"] > 0 and extra["foreground_inflation"] > 0
     assert extra["frames"] == 3 * 3 and extra["opens"] == 9
     assert extra["loader_samples_per_s"] > 0 and extra["loader_rate_note"] is None
+    # the foreground's CPU is the main process's; with workers, the wait for a batch is the queue's
+    assert extra["loader_overhead_cpu_ms_per_sample"] is None and extra["loader_overhead_ms_per_sample"] is None
+
+
+def test_decoding_in_the_main_process_runs_torch_as_a_worker_does(datasets, monkeypatch):
+    seen, decode = [], SampleDecoder.__call__
+
+    def noting_threads(self, requests):
+        seen.append(torch.get_num_threads())
+        return decode(self, requests)
+
+    monkeypatch.setattr(SampleDecoder, "__call__", noting_threads)
+    before = torch.get_num_threads()
+    _run(datasets["droid"], monkeypatch, {"backend": "pyav", "pattern": "wallx"}, steps=3)
+    assert seen == [1, 1, 1] and torch.get_num_threads() == before  # one intra-op thread, then restored
 
 
 def test_a_window_shorter_than_the_workers_backlog_gives_no_rate(datasets, monkeypatch):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -31,7 +33,8 @@ class SampleDecoder:
     def __call__(self, requests: list[ViewRequest]) -> tuple[list[torch.Tensor], list[ViewTiming]]:
         frames, timings = [], []
         for request in requests:
-            start = time.perf_counter()
+            # process CPU time: the decoder's own threads count too
+            cpu, start = time.process_time(), time.perf_counter()
             handle = self._open.get(str(request.path)) if self.keep_open else None
             reused = handle is not None
             if handle is None:
@@ -40,13 +43,15 @@ class SampleDecoder:
             batch = handle.get_frames(request.indices)
             if batch.is_cuda:
                 torch.cuda.synchronize(batch.device)
-            done = time.perf_counter()
+            decoded = time.perf_counter()
             if self.keep_open:
                 self._keep(request, handle)
             else:
                 handle.close()
+            closed, cpu = time.perf_counter(), time.process_time() - cpu
             frames.append(batch)
-            timings.append(ViewTiming(None if reused else opened - start, done - opened, len(request.indices)))
+            timings.append(ViewTiming(open_s=None if reused else opened - start, decode_s=decoded - opened,
+                                      close_s=closed - decoded, cpu_s=cpu, frames=len(request.indices)))
         return frames, timings
 
     def _keep(self, request: ViewRequest, handle: Handle) -> None:
@@ -82,6 +87,19 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Stack each camera's frames across the batch; keep the timings as they are."""
     return {"frames": [torch.stack(views) for views in zip(*(s["frames"] for s in samples), strict=True)],
             "timings": [s["timings"] for s in samples]}
+
+
+@contextmanager
+def worker_threads() -> Iterator[None]:
+    """torch with one intra-op thread, as torch's DataLoader worker loop sets it up: for decoding in
+    the main process (num_workers 0). Its default pool (a thread per core) would otherwise spin
+    after every tensor operation of the sample pipeline, charging the decoders cores they never used."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def make_loader(dataset: DecodeDataset, *, batch_size: int, num_workers: int, prefetch_factor: int,

@@ -4,8 +4,14 @@ by one backend, driven as a real loader drives it (``mode: loader``) or its best
 foreground loop stands in for the training step (``interference: on``).
 
 The dataset is synthetic (generated once per spec and seed into a cache, see
-``benchbay.decode.clips``) unless ``params.root`` points at a LeRobot v2.x dataset on disk. Records
-carry the dataset's ``kb_per_frame`` and ``bits_per_pixel``: decoding speed depends on them.
+``benchbay.decode.clips``) unless ``params.root`` points at a LeRobot v2.x dataset on disk.
+
+What a record's figures hold: per view, the wall and CPU time of the backend's own calls (open,
+decode, close; ``view_latency_ms_*``, ``view_cpu_ms_*``), measured in a decoding process set up as a
+DataLoader worker (torch with one intra-op thread; the main process too with ``num_workers`` 0);
+``loader_overhead_*``, what the sample pipeline costs beyond those calls (collation, conversions,
+queueing, the harness); ``cpu_s_per_sample``, everything the decoding processes spent; and the
+dataset's ``kb_per_frame`` and ``bits_per_pixel``, which decoding speed depends on.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import torch
 
 from benchbay.decode.backends import BACKENDS, DecodeError, Settings, backend
 from benchbay.decode.clips import PRESETS, ClipSpec, VideoDataset, cached_dataset, source_frame
-from benchbay.decode.loader import DecodeDataset, Foreground, make_loader
+from benchbay.decode.loader import DecodeDataset, Foreground, make_loader, worker_threads
 from benchbay.decode.measure import CpuWindow, ViewTiming, fingerprint, latency_summary, mean_abs_diff, peak_rss
 from benchbay.decode.patterns import PATTERNS
 from benchbay.workloads.base import Choice, StepWorkload
@@ -102,6 +108,7 @@ class Decode(StepWorkload):
         self.foreground_alone = self._foreground_alone()
         self.foreground_loaded: list[float] = []
         self.data_wait: list[float] = []
+        self.pipeline_wait: list[float] = []  # num_workers 0: per step, the wait beyond the decoding calls
         self.samples: list[list[ViewTiming]] = []  # per delivered sample, its views
         self.step_ends: list[float] = []
         self.first_frames: list[torch.Tensor] | None = None
@@ -142,10 +149,18 @@ class Decode(StepWorkload):
             self._batches = iter(self.loader)
         if self.foreground is not None:
             self.foreground_loaded.append(self.foreground.step())
+        in_process = self.knob_values["num_workers"] == 0
         start = time.perf_counter()
-        batch = next(self._batches)
+        if in_process:
+            with worker_threads():
+                batch = next(self._batches)
+        else:
+            batch = next(self._batches)
         self.last_step_end = time.perf_counter()
         self.data_wait.append(self.last_step_end - start)
+        if in_process:
+            decoding = sum(view.total_s for sample in batch["timings"] for view in sample)
+            self.pipeline_wait.append(self.data_wait[-1] - decoding)
         if self.first_frames is None:
             self.first_frames = [views[0] for views in batch["frames"]]
         self.samples.extend(batch["timings"])
@@ -170,6 +185,7 @@ class Decode(StepWorkload):
         rated = bool(measured) and len(measured) >= backlog
         frames = sum(view.frames for sample in measured for view in sample)
         cpu = self.cpu.summary()
+        decoding = latency_summary(measured)
         camera = self.dataset.cameras[0]
         out: dict[str, Any] = {
             # backend and mode flat, as the report's decoder table reads them
@@ -177,13 +193,14 @@ class Decode(StepWorkload):
             "backend_settings": self.decoder.describe(), "codec": self.dataset.codec(camera),
             "resolution": "x".join(map(str, self.dataset.info["features"][camera]["shape"][:2])),
             "cameras": len(self.dataset.cameras), "samples": len(self.samples), "measured_samples": len(measured),
-            **self.dataset.content(), **latency_summary(measured),
+            **self.dataset.content(), **decoding,
             "loader_samples_per_s": len(measured) / wall if rated else None,
             "frames_per_s": frames / wall if rated else None,
             "loader_rate_note": None if rated else (f"{len(measured)} measured samples, fewer than the workers' "
                                                     f"backlog of {backlog}: measure more steps for a rate"),
             # workers may have decoded up to num_workers * prefetch_factor samples more than delivered
             **cpu, "cpu_s_per_sample": cpu["cpu_time_s"] / len(measured) if measured else None,
+            **self._overhead(cpu["cpu_time_s"], measured, decoding["decode_cpu_s_per_sample"]),
             **peak_rss(),
             "frame_fingerprint": fingerprint(self.first_frames),
             "source_mad": self._source_mad(),
@@ -196,6 +213,19 @@ class Decode(StepWorkload):
             out.update(foreground_step_s_alone=alone, foreground_step_s_loaded=loaded,
                        foreground_inflation=loaded / alone)
         return out
+
+    def _overhead(self, cpu_s: float, measured: list[list[ViewTiming]],
+                  decode_cpu_s_per_sample: float | None) -> dict[str, float | None]:
+        """What the sample pipeline cost beyond the decoding calls, per sample: CPU of the decoding
+        processes (and the main one) over the window less the calls' CPU; wall, with num_workers 0,
+        the wait for a batch less its decoding calls (with workers the wait is the queue's). None
+        with interference: the foreground's CPU is the main process's too."""
+        cpu = None
+        if measured and self.foreground is None:
+            cpu = 1e3 * (cpu_s / len(measured) - decode_cpu_s_per_sample)
+        waits = self.pipeline_wait[self.window.first_step:]
+        return {"loader_overhead_cpu_ms_per_sample": cpu,
+                "loader_overhead_ms_per_sample": 1e3 * statistics.median(waits) / self.mbs if waits else None}
 
     def _source_mad(self) -> float | None:
         """Mean absolute difference between sample 0's frames and what went into the encoder: a

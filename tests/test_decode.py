@@ -4,9 +4,11 @@ that are recorded rather than fatal, and the ``decode`` workload end to end."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import av
@@ -346,3 +348,94 @@ def test_interference_on_cuda_with_spawned_workers(datasets, monkeypatch):
         workload.step(i)
     extra = workload.extra_metrics()
     assert extra["foreground_step_s_alone"] > 0 and extra["worker_peak_rss_gib"] > 0
+
+
+# ---- benchbay's figures against a plain loop ----------------------------------------------------
+# The per-view latency and CPU benchbay records must be the decoding's own: the same frames opened,
+# decoded and closed by a loop that does nothing else must cost the same. Each plain loop below is
+# written from the libraries' documentation, not from benchbay's backends.
+
+def _plain_torchcodec(path: Path, indices: tuple[int, ...]) -> None:
+    from torchcodec.decoders import VideoDecoder
+
+    decoder = VideoDecoder(str(path), seek_mode="approximate", num_ffmpeg_threads=1, dimension_order="NHWC")
+    decoder.get_frames_at(list(indices))
+    del decoder
+
+
+def _plain_pyav(path: Path, indices: tuple[int, ...]) -> None:
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        fps = float(stream.average_rate)
+        container.seek(round(min(indices) / fps / stream.time_base), stream=stream)  # to the keyframe before
+        for frame in container.decode(stream):
+            index = round(frame.time * fps)
+            if index in indices:
+                frame.to_ndarray(format="rgb24")
+            if index >= max(indices):
+                break
+
+
+def _plain_decord(path: Path, indices: tuple[int, ...]) -> None:
+    import decord
+
+    reader = decord.VideoReader(str(path), num_threads=0)
+    reader.get_batch(list(indices))
+    del reader
+
+
+PLAIN = {  # backend -> (the workload's knobs for the same way of decoding, the plain loop)
+    "torchcodec": ({"mode": "loader"}, _plain_torchcodec),
+    "pyav": ({"mode": "best"}, _plain_pyav),
+    "decord": ({"mode": "loader"}, _plain_decord),
+}
+CROSS_CHECK = {"latency": 0.15, "cpu": 0.20}  # largest relative difference of the medians
+CROSS_CHECK_SAMPLES = 24
+CROSS_CHECK_CLIP = {"height": 96, "width": 160, "episode_frames": 100}  # a view costs milliseconds, as on real clips
+
+
+@pytest.fixture(scope="module")
+def cross_check_dataset(tmp_path_factory) -> VideoDataset:
+    spec = PRESETS["droid"].replace(**CROSS_CHECK_CLIP)
+    return VideoDataset.open(write_dataset(tmp_path_factory.mktemp("cross_check") / "droid", spec, seed=1))
+
+
+def _against_plain_loop(ds: VideoDataset, monkeypatch, name: str) -> dict[str, float]:
+    """benchbay (num_workers 0) and the plain loop on the same samples, alternating sample by sample
+    (ABBA) so that both see the same machine; the ratios of their per-view medians."""
+    knobs, plain = PLAIN[name]
+    monkeypatch.setattr("benchbay.workloads.decode.cached_dataset", lambda spec, seed: ds.root)
+    workload = Decode(CROSS_CHECK_CLIP, {"backend": name, "seed": 1, **knobs}, torch.device("cpu"))
+    workload.setup()
+    wall, cpu = [], []
+
+    def plain_sample(i: int) -> None:
+        for view in workload.pattern.sample(i):
+            start, cpu_start = time.perf_counter(), time.process_time()
+            plain(view.path, view.indices)
+            wall.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - cpu_start)
+
+    for i in range(2):
+        workload.step(i)
+        plain_sample(i)
+    del wall[:], cpu[:]
+    for i in range(2, 2 + CROSS_CHECK_SAMPLES):
+        pair = [lambda: workload.step(i), lambda: plain_sample(i)]  # noqa: B023 (called right here)
+        for run in pair if i % 2 else reversed(pair):
+            run()
+    extra = workload.extra_metrics()
+    assert extra["views"] == len(wall) == 3 * CROSS_CHECK_SAMPLES
+    return {"latency": extra["view_latency_ms_median"] / (1e3 * statistics.median(wall)),
+            "cpu": extra["view_cpu_ms_median"] / (1e3 * statistics.median(cpu))}
+
+
+@pytest.mark.parametrize("name", [n for n in PLAIN if n in IN_PROCESS])
+def test_per_view_figures_match_a_plain_loop(cross_check_dataset, monkeypatch, name):
+    ratios = _against_plain_loop(cross_check_dataset, monkeypatch, name)
+    if any(abs(ratios[k] - 1) > bound for k, bound in CROSS_CHECK.items()):  # one retry: a shared machine
+        ratios = _against_plain_loop(cross_check_dataset, monkeypatch, name)
+    print(f"{name}: benchbay / plain loop, per-view medians: {ratios}")
+    for key, bound in CROSS_CHECK.items():
+        assert abs(ratios[key] - 1) <= bound, f"{name} per-view {key}: benchbay / plain loop = {ratios[key]:.3f}"

@@ -5,9 +5,7 @@ Each backend is driven two ways (``mode``):
 - ``loader``: as the real training loaders drive it (RLinf: torchcodec, approximate seek, one
   FFmpeg thread; DreamZero: decord ``get_batch``; Wall-X through LeRobotDataset: PyAV, seeking to
   the keyframe before the first timestamp and converting every frame up to the last one).
-- ``best``: the fastest way this library offers for the same request, which may depend on whether
-  a file's decoder is opened per sample or kept open (``keep_open``): PyAV's packet index pays for
-  itself only when it is reused (see ``PyAV``).
+- ``best``: the fastest way this library offers for the same request (measured: see each class).
 
 Libraries are imported in ``open`` only: a point runs one backend in its own process, and some
 combinations crash when loaded together (decord2's FFmpeg before torchcodec's, on AV1).
@@ -102,7 +100,7 @@ class Backend(ABC):
 
     def __init__(self, settings: Settings = Settings()):
         self.settings = settings
-        self.options = self._mode_options()
+        self.options = dict(self.mode_options[settings.mode])
         if settings.threads is not None:
             self.options["threads"] = settings.threads
         if settings.seek_mode is not None:
@@ -110,9 +108,6 @@ class Backend(ABC):
             if reason:
                 raise ValueError(reason)
             self.options["seek_mode"] = settings.seek_mode
-
-    def _mode_options(self) -> dict[str, Any]:
-        return dict(self.mode_options[self.settings.mode])
 
     @classmethod
     def seek_mode_reason(cls, settings: Settings) -> str | None:
@@ -254,24 +249,18 @@ class _DecordHandle(Handle):
 
 class PyAV(Backend):
     """loader: LeRobot's PyAV path (FFmpeg's default slice threading, every decoded frame converted).
-    best: frame+slice threading, only the requested frames converted, and the seek that wins in the
-    setting: ``keyframe`` (seek to the keyframe before the first frame, decode on to the last) when
-    a decoder is opened per sample, ``index`` (demux the whole file once at open to index its
-    packets, then seek only where a keyframe lies between) when it is kept open. The index costs a
-    pass over the file at every open: opened per sample on GOP 12 files it ran 1.88x slower than the
-    keyframe seek (H200 host); see the README's decoder figures."""
+    best: frame+slice threading, only the requested frames converted, after a seek to the keyframe
+    before the first one, decoding on to the last (``keyframe``). The other way, ``index`` (frames
+    and keyframes indexed at open, a seek wherever a keyframe lies between two requested frames),
+    never won: with the index made by a pass over the packets at every open it ran 1.48x slower
+    per view on GOP-12 H.264 (DreamZero pattern, a decoder per sample), and from the container's
+    own index still 1.04-1.18x slower, kept open or not (2-core CPU machine; README)."""
 
     name = "pyav"
     distribution = module = "av"
     mode_options = {"loader": {"thread_type": "SLICE", "threads": 0, "seek_mode": "keyframe"},
-                    "best": {"thread_type": "AUTO", "threads": 0}}
+                    "best": {"thread_type": "AUTO", "threads": 0, "seek_mode": "keyframe"}}
     seek_modes = ("keyframe", "index")
-
-    def _mode_options(self) -> dict[str, Any]:
-        options = super()._mode_options()
-        if self.settings.mode == "best":
-            options["seek_mode"] = "index" if self.settings.keep_open else "keyframe"
-        return options
 
     @classmethod
     def seek_mode_reason(cls, settings: Settings) -> str | None:
@@ -357,19 +346,21 @@ class _KeyframePyAVHandle(_PyAVHandle):
 
 
 class _IndexedPyAVHandle(_PyAVHandle):
-    """Index the packets once at open (no decoding), then per request decode on from where the
-    decoder stands when no keyframe lies between, else seek to the target's keyframe; convert
-    only the requested frames."""
+    """Index the frames at open (no decoding), then per request decode on from where the decoder
+    stands when no keyframe lies between, else seek to the target's keyframe; convert only the
+    requested frames. The index is the demuxer's own (an mp4's sample table, read at open) when
+    the stream has no frame reordering (its decode timestamps are then the presentation ones),
+    else a pass over the file's packets."""
 
     def __init__(self, backend: str, path: Path, container: Any, stream: Any):
         super().__init__(backend, path, container, stream)
-        keyframe_pts, all_pts = [], []
-        for packet in container.demux(stream):
-            if packet.pts is not None:
-                all_pts.append(packet.pts)
-                if packet.is_keyframe:
-                    keyframe_pts.append(packet.pts)
-        self.pts = sorted(all_pts)  # presentation order: index -> pts
+        entries = stream.index_entries
+        if not stream.codec_context.has_b_frames and len(entries) == stream.frames:
+            stamps = [(entry.timestamp, entry.is_keyframe) for entry in entries]
+        else:
+            stamps = [(packet.pts, packet.is_keyframe) for packet in container.demux(stream) if packet.pts is not None]
+        keyframe_pts = [pts for pts, keyframe in stamps if keyframe]
+        self.pts = sorted(pts for pts, _ in stamps)  # presentation order: index -> pts
         self.index_of = {pts: i for i, pts in enumerate(self.pts)}
         self.keyframes = sorted(self.index_of[p] for p in keyframe_pts)
         self._frames = None  # the running decode generator
@@ -392,7 +383,9 @@ class _IndexedPyAVHandle(_PyAVHandle):
             if not keyframe <= self._next <= target:
                 self._seek_to(keyframe)
             for frame in self._frames:
-                index = self.index_of[frame.pts]
+                index = self.index_of.get(frame.pts)
+                if index is None:
+                    raise DecodeError(self.backend, self.path, f"a frame at pts {frame.pts} is not in the index")
                 self._next = index + 1
                 if index == target:
                     decoded[target] = frame.to_ndarray(format="rgb24")

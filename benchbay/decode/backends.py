@@ -5,7 +5,9 @@ Each backend is driven two ways (``mode``):
 - ``loader``: as the real training loaders drive it (RLinf: torchcodec, approximate seek, one
   FFmpeg thread; DreamZero: decord ``get_batch``; Wall-X through LeRobotDataset: PyAV, seeking to
   the keyframe before the first timestamp and converting every frame up to the last one).
-- ``best``: the fastest way this library offers for the same request (measured: see each class).
+- ``best``: the fastest way this library offers for the same request, as measured (README): one
+  decoder thread for each library (a file opened per sample and decoded over a short span pays for
+  threads more than they return), and for PyAV frames found through the container's index.
 
 Libraries are imported in ``open`` only: a point runs one backend in its own process, and some
 combinations crash when loaded together (decord2's FFmpeg before torchcodec's, on AV1).
@@ -165,9 +167,10 @@ class TorchCodec(Backend):
     distribution = module = "torchcodec"
     devices = ("cpu", "cuda")
     # RLinf: a VideoDecoder per sample, approximate seek (no scan of the file), torchcodec's default
-    # single FFmpeg thread; best: FFmpeg picks the thread count
+    # single FFmpeg thread; that is also its fastest way: FFmpeg's automatic threads took 1.0-1.7x
+    # the time, exact seek 1.0-1.05x (DreamZero samples, GOP 12 / one keyframe / AV1 GOP 2)
     mode_options = {"loader": {"seek_mode": "approximate", "threads": 1},
-                    "best": {"seek_mode": "approximate", "threads": 0}}
+                    "best": {"seek_mode": "approximate", "threads": 1}}
     seek_modes = ("approximate", "exact")
 
     def _open(self, path: Path) -> Handle:
@@ -201,8 +204,8 @@ class Decord(Backend):
     distribution = "decord"
     module = "decord"
     # DreamZero's loader: VideoReader + get_batch with decord's automatic threads. get_batch is
-    # decord's only batch path, so best drives it the same way (sweep ``threads`` to tune it)
-    mode_options = {"loader": {"threads": 0}, "best": {"threads": 0}}
+    # decord's only batch path; best drives it with one thread (automatic threads: 1.2x the time)
+    mode_options = {"loader": {"threads": 0}, "best": {"threads": 1}}
 
     @classmethod
     def _is_this_package(cls, version: str) -> bool:
@@ -249,17 +252,19 @@ class _DecordHandle(Handle):
 
 class PyAV(Backend):
     """loader: LeRobot's PyAV path (FFmpeg's default slice threading, every decoded frame converted).
-    best: frame+slice threading, only the requested frames converted, after a seek to the keyframe
-    before the first one, decoding on to the last (``keyframe``). The other way, ``index`` (frames
-    and keyframes indexed at open, a seek wherever a keyframe lies between two requested frames),
-    never won: with the index made by a pass over the packets at every open it ran 1.48x slower
-    per view on GOP-12 H.264 (DreamZero pattern, a decoder per sample), and from the container's
-    own index still 1.04-1.18x slower, kept open or not (2-core CPU machine; README)."""
+    best: one thread, only the requested frames converted, frames found through the container's own
+    index (``index``: read at open, no pass over the file): decode on from where the decoder stands
+    unless a keyframe lies between, then seek. The other way, ``keyframe`` (seek to the keyframe
+    before the first requested frame, decode on to the last), is best's where a stream's index
+    cannot be read at open (reordered frames): a pass over the packets at every open cost 1.48x on
+    GOP-12 H.264 with a decoder per sample. With one thread the index route took 0.66x the time of
+    the keyframe route on GOP-2 AV1, 0.94-0.97x on GOP-12 H.264 and tied on one keyframe per episode;
+    with FFmpeg's frame threads every seek flushes them and the keyframe route won (README)."""
 
     name = "pyav"
     distribution = module = "av"
     mode_options = {"loader": {"thread_type": "SLICE", "threads": 0, "seek_mode": "keyframe"},
-                    "best": {"thread_type": "AUTO", "threads": 0, "seek_mode": "keyframe"}}
+                    "best": {"thread_type": "AUTO", "threads": 1, "seek_mode": "index"}}
     seek_modes = ("keyframe", "index")
 
     @classmethod
@@ -279,10 +284,22 @@ class PyAV(Backend):
         stream.thread_type = self.options["thread_type"]
         stream.codec_context.thread_count = self.options["threads"]
         if self.settings.mode == "loader":
-            handle_type: type[_PyAVHandle] = _LeRobotPyAVHandle
-        else:
-            handle_type = _IndexedPyAVHandle if self.options["seek_mode"] == "index" else _KeyframePyAVHandle
-        return handle_type(self.name, path, container, stream)
+            return _LeRobotPyAVHandle(self.name, path, container, stream)
+        if self.options["seek_mode"] == "index":
+            stamps = _container_index(stream)
+            if stamps is not None or self.settings.seek_mode == "index":  # asked for: index by demuxing
+                return _IndexedPyAVHandle(self.name, path, container, stream, stamps)
+        return _KeyframePyAVHandle(self.name, path, container, stream)
+
+
+def _container_index(stream: Any) -> list[tuple[int, bool]] | None:
+    """(pts, keyframe) of every frame from the demuxer's own index (an mp4's sample table, read at
+    open), or None when it cannot serve: incomplete, or frames reordered (its decode timestamps are
+    then not the presentation ones)."""
+    entries = stream.index_entries
+    if stream.codec_context.has_b_frames or len(entries) != stream.frames:
+        return None
+    return [(entry.timestamp, entry.is_keyframe) for entry in entries]
 
 
 class _PyAVHandle(Handle):
@@ -348,16 +365,13 @@ class _KeyframePyAVHandle(_PyAVHandle):
 class _IndexedPyAVHandle(_PyAVHandle):
     """Index the frames at open (no decoding), then per request decode on from where the decoder
     stands when no keyframe lies between, else seek to the target's keyframe; convert only the
-    requested frames. The index is the demuxer's own (an mp4's sample table, read at open) when
-    the stream has no frame reordering (its decode timestamps are then the presentation ones),
-    else a pass over the file's packets."""
+    requested frames. ``stamps``: (pts, keyframe) per frame from the container's index; None: index
+    by a pass over the file's packets."""
 
-    def __init__(self, backend: str, path: Path, container: Any, stream: Any):
+    def __init__(self, backend: str, path: Path, container: Any, stream: Any,
+                 stamps: list[tuple[int, bool]] | None = None):
         super().__init__(backend, path, container, stream)
-        entries = stream.index_entries
-        if not stream.codec_context.has_b_frames and len(entries) == stream.frames:
-            stamps = [(entry.timestamp, entry.is_keyframe) for entry in entries]
-        else:
+        if stamps is None:
             stamps = [(packet.pts, packet.is_keyframe) for packet in container.demux(stream) if packet.pts is not None]
         keyframe_pts = [pts for pts, keyframe in stamps if keyframe]
         self.pts = sorted(pts for pts, _ in stamps)  # presentation order: index -> pts

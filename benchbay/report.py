@@ -48,14 +48,18 @@ DECODER_COLUMNS = (
     ("extra.view_latency_ms_median", "per-view median (ms)", 1.0),
     ("extra.view_latency_ms_p90", "per-view p90 (ms)", 1.0),
     ("extra.view_latency_ms_p99", "per-view p99 (ms)", 1.0),
+    ("extra.view_cpu_ms_median", "per-view CPU median (ms)", 1.0),
     ("extra.sample_latency_ms_median", "per-sample median (ms)", 1.0),
     ("extra.open_ms_median", "open median (ms)", 1.0),
     ("extra.frames_per_s", "frames/s", 1.0),
     ("extra.cpu_util_mean", "CPU util (% of a core)", 1.0),
     ("extra.cpu_util_cv", "CPU CV (stability)", 1.0),
     ("extra.cpu_s_per_sample", "CPU s/sample", 1.0),
+    ("extra.loader_overhead_cpu_ms_per_sample", "loader overhead CPU (ms/sample)", 1.0),
     ("extra.loader_samples_per_s", "loader samples/s", 1.0),
     ("extra.foreground_inflation", "foreground slow-down", 1.0),
+    ("extra.kb_per_frame", "kB/frame", 1.0),
+    ("extra.bits_per_pixel", "bits/pixel", 1.0),
 )
 
 

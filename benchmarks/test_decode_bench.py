@@ -1,6 +1,6 @@
-"""One view of a DreamZero sample (8 frames at stride 3 from a random anchor), opened and decoded,
-per preset, backend and mode: the smallest unit the decode workload repeats. The parameters are
-named like the decode workload's knobs, so an imported pytest-benchmark run lines up with it."""
+"""One view of a DreamZero-5B sample (33 frames at stride 3), opened and decoded, per preset,
+backend and mode: the smallest unit the decode workload repeats. The parameters are named like the
+decode workload's knobs, so an imported pytest-benchmark run lines up with it."""
 
 from __future__ import annotations
 

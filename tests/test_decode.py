@@ -4,9 +4,11 @@ that are recorded rather than fatal, and the ``decode`` workload end to end."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import av
@@ -18,8 +20,9 @@ import torch
 from benchbay.decode import clips
 from benchbay.decode.backends import BACKENDS, MODES, DecodeError, Decord2, Settings, backend
 from benchbay.decode.clips import PRESETS, VideoDataset, source_frame, write_dataset
+from benchbay.decode.loader import SampleDecoder
 from benchbay.decode.measure import FRAME_TOLERANCE, fingerprint, fingerprints_agree, mean_abs_diff
-from benchbay.decode.patterns import PATTERNS
+from benchbay.decode.patterns import PATTERNS, DreamZeroClip
 from benchbay.workloads.decode import Decode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,6 +84,18 @@ def test_dataset_is_deterministic_and_not_static(datasets, tmp_path):
     assert np.abs(a.astype(int) - b.astype(int)).mean() > 20  # neighbouring frames differ clearly
 
 
+def test_content_is_measured_and_noise_raises_it(datasets, tmp_path):
+    ds, spec = datasets["droid"], TINY["droid"]
+    size = sum(p.stat().st_size for p in (ds.root / "videos").rglob("*.mp4"))
+    frames = spec.episodes * spec.episode_frames * len(spec.cameras)
+    assert ds.content() == pytest.approx({"kb_per_frame": size / frames / 1e3,
+                                          "bits_per_pixel": 8 * size / frames / spec.height / spec.width})
+    noisy = VideoDataset.open(write_dataset(tmp_path / "noisy", spec.replace(noise=20), seed=3))
+    assert noisy.content()["kb_per_frame"] > 2 * ds.content()["kb_per_frame"]
+    with pytest.raises(ValueError, match="clip noise must be an integer >= 0"):
+        spec.replace(noise=-1)
+
+
 def test_cached_dataset_is_written_once(tmp_path):
     first = clips.cached_dataset(TINY["droid"], seed=1, cache_dir=tmp_path)
     mtime = (first / "meta" / "info.json").stat().st_mtime_ns
@@ -101,24 +116,57 @@ def _reference(ds: VideoDataset, camera: str, indices) -> torch.Tensor:
     return backend("pyav", Settings(mode="best")).open(ds.video_path(camera, 0)).get_frames(indices)
 
 
+#: every way of driving each backend: (backend, mode, seek_mode), seek_mode None = the mode's own
+WAYS = [(name, mode, seek_mode) for name in IN_PROCESS for mode in MODES
+        for seek_mode in (None, *BACKENDS[name].seek_modes)
+        if BACKENDS[name].seek_mode_reason(Settings(mode=mode, seek_mode=seek_mode)) is None]
+
+
 @pytest.mark.parametrize("preset", sorted(TINY))
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", IN_PROCESS)
-def test_backends_decode_the_requested_frames_identically(datasets, preset, mode, name):
+@pytest.mark.parametrize(("name", "mode", "seek_mode"), WAYS)
+def test_backends_decode_the_requested_frames_identically(datasets, preset, name, mode, seek_mode):
     if not _can_decode(name, preset):
         pytest.skip(f"{name} cannot open {CODEC[preset]} (covered by the unsupported-codec test)")
     ds, spec = datasets[preset], TINY[preset]
     camera = ds.cameras[1]
-    handle = backend(name, Settings(mode=mode)).open(ds.video_path(camera, 0))
+    handle = backend(name, Settings(mode=mode, seek_mode=seek_mode)).open(ds.video_path(camera, 0))
     assert handle.num_frames == spec.episode_frames
     frames = handle.get_frames(INDICES)
+    again = handle.get_frames(INDICES[::-1])  # a kept-open decoder serves later requests from where it stands
     handle.close()
     assert frames.dtype == torch.uint8 and tuple(frames.shape) == (len(INDICES), spec.height, spec.width, 3)
+    assert torch.equal(again, frames.flip(0))
     assert mean_abs_diff(frames, _reference(ds, camera, INDICES)) <= FRAME_TOLERANCE
     for got, t in zip(frames, INDICES, strict=True):
         # the right frame: close to what was encoded, far from its neighbour
         want, neighbour = (torch.from_numpy(source_frame(spec, 1, 3, u)) for u in (t, t - 1 if t else 1))
         assert mean_abs_diff(got, want) < 12 < mean_abs_diff(got, neighbour)
+
+
+def test_seek_modes_apply_to_their_backends_only():
+    def seek_mode(name, **settings):
+        return backend(name, Settings(**settings)).describe()["seek_mode"]
+
+    # PyAV: best finds frames through the container's index, kept open or not; loader mode is LeRobot's
+    assert seek_mode("pyav", mode="best") == seek_mode("pyav", mode="best", keep_open=True) == "index"
+    assert seek_mode("pyav", mode="best", seek_mode="keyframe") == "keyframe"
+    assert "for best" in BACKENDS["pyav"].seek_mode_reason(Settings(mode="loader", seek_mode="index"))
+    assert "one of keyframe, index" in BACKENDS["pyav"].seek_mode_reason(Settings(mode="best", seek_mode="exact"))
+    assert seek_mode("torchcodec", seek_mode="exact") == "exact"
+    assert "one way" in BACKENDS["decord"].seek_mode_reason(Settings(seek_mode="exact"))
+    with pytest.raises(ValueError, match="does not apply to decord"):
+        backend("decord", Settings(seek_mode="exact"))
+
+
+def test_pyav_on_a_stream_with_reordered_frames(tmp_path):
+    spec = TINY["droid"].replace(cameras=("cam",), episodes=1, preset="medium")  # x264 medium: B-frames
+    path = VideoDataset.open(write_dataset(tmp_path / "bframes", spec, seed=3)).video_path("cam", 0)
+    indexed = backend("pyav", Settings(mode="best", seek_mode="index")).open(path)  # asked for: by demuxing
+    best = backend("pyav", Settings(mode="best")).open(path)  # no pass over the file: the keyframe route
+    assert indexed.stream.codec_context.has_b_frames and type(best).__name__ == "_KeyframePyAVHandle"
+    for handle in (indexed, best):
+        for got, t in zip(handle.get_frames(INDICES), INDICES, strict=True):
+            assert mean_abs_diff(got, torch.from_numpy(source_frame(spec, 0, 3, t))) < 12
 
 
 def test_decord2_runs_in_its_own_process(datasets, tmp_path):
@@ -173,15 +221,27 @@ def test_corrupt_video_is_a_clear_error_naming_the_file(datasets, tmp_path, name
 
 # ---- patterns and measurements ------------------------------------------------------------------
 
+def test_dreamzero_pattern_takes_what_one_training_sample_takes():
+    # upstream's sampler (lerobot_sharded.py, max_chunk_size 4), worked by hand for a 240-frame episode
+    frames = DreamZeroClip.frames_for_step
+    assert frames(100, 240) == tuple(range(52, 149, 3))  # anchors 100, 76, 124, 52: 32 frames + 1
+    assert frames(0, 240) == tuple(range(0, 97, 3))  # nothing behind: anchors 0, 24, 48, 72
+    assert frames(216, 240) == tuple(range(144, 217, 3))  # frame 240 lies past the end: the last 7 go
+    assert len(frames(100, 240)) == 33 and (33 - 1) // 4 + 1 == 9  # 9 latent frames
+    assert frames(30, 60) == (*range(6, 52, 3), 54)  # anchor 54's action chunk would not fit
+    assert frames(6, 30) == ()  # one chunk whose extra frame lies past the end: no video upstream
+
+
 def test_patterns_ask_for_the_documented_frames(datasets):
     ds = datasets["droid"]
     clip = PATTERNS["dreamzero"](ds, seed=5)
-    for i in range(5):
+    for i in range(8):
         views = clip.sample(i)
         assert [v.camera for v in views] == ds.cameras
-        anchor = views[0].indices[0]
-        assert all(v.indices == tuple(anchor + k for k in range(0, 22, 3)) for v in views)
-        assert views[0].indices[-1] < ds.lengths[views[0].episode]
+        assert len({v.indices for v in views}) == 1  # the same frames from every camera
+        indices = views[0].indices
+        assert len(indices) == 9 and indices == tuple(range(indices[0], indices[0] + 25, 3))
+        assert indices[-1] < ds.lengths[views[0].episode]
     assert clip.sample(3) == PATTERNS["dreamzero"](ds, seed=5).sample(3)
     assert {len(v.indices) for v in PATTERNS["wallx"](ds).sample(0)} == {1}
     assert PATTERNS["sequential"](ds).sample(0)[0].indices == tuple(range(30))
@@ -210,12 +270,19 @@ def _run(ds: VideoDataset, monkeypatch, knobs: dict, steps: int = 4) -> dict:
 def test_workload_reports_latency_cpu_memory_and_fingerprint(datasets, monkeypatch):
     extra = _run(datasets["droid"], monkeypatch, {"backend": "pyav", "mode": "best", "keep_open": True})
     assert extra["codec"] == "h264" and extra["cameras"] == 3 and extra["measured_samples"] == 2
-    assert extra["views"] == 6 and extra["frames"] == 48
+    assert extra["views"] == 6 and extra["frames"] == 54  # 9 frames per view from 30-frame episodes
+    assert extra["backend_settings"]["keep_open"] and extra["backend_settings"]["seek_mode"] == "index"
     assert extra["opens"] <= 3  # two episodes: at most one not yet opened during the two warm-up samples
-    for key in ("view_latency_ms", "sample_latency_ms", "view_decode_ms"):
+    for key in ("view_latency_ms", "view_cpu_ms", "sample_latency_ms", "view_decode_ms"):
         assert 0 < extra[f"{key}_median"] <= extra[f"{key}_p90"] <= extra[f"{key}_p99"]
     assert extra["frames_per_s"] > 0 and extra["cpu_time_s"] > 0 and extra["peak_rss_gib"] > 0
     assert extra["cpu_util_mean"] > 0
+    # the decoding calls' CPU and the rest add up to all the process spent
+    assert extra["decode_cpu_s_per_sample"] > 0
+    assert extra["cpu_s_per_sample"] == pytest.approx(
+        extra["decode_cpu_s_per_sample"] + extra["loader_overhead_cpu_ms_per_sample"] / 1e3)
+    assert extra["loader_overhead_ms_per_sample"] is not None  # num_workers 0: the wait beyond the calls
+    assert extra["kb_per_frame"] > 0 and extra["bits_per_pixel"] == pytest.approx(8e3 * extra["kb_per_frame"] / 96 / 64)
     assert extra["source_mad"] < 12
     json.dumps(extra)  # the record must be able to hold it
 
@@ -234,6 +301,21 @@ def test_workload_through_workers_with_interference(datasets, monkeypatch):
     assert extra["foreground_step_s_alone"] > 0 and extra["foreground_inflation"] > 0
     assert extra["frames"] == 3 * 3 and extra["opens"] == 9
     assert extra["loader_samples_per_s"] > 0 and extra["loader_rate_note"] is None
+    # the foreground's CPU is the main process's; with workers, the wait for a batch is the queue's
+    assert extra["loader_overhead_cpu_ms_per_sample"] is None and extra["loader_overhead_ms_per_sample"] is None
+
+
+def test_decoding_in_the_main_process_runs_torch_as_a_worker_does(datasets, monkeypatch):
+    seen, decode = [], SampleDecoder.__call__
+
+    def noting_threads(self, requests):
+        seen.append(torch.get_num_threads())
+        return decode(self, requests)
+
+    monkeypatch.setattr(SampleDecoder, "__call__", noting_threads)
+    before = torch.get_num_threads()
+    _run(datasets["droid"], monkeypatch, {"backend": "pyav", "pattern": "wallx"}, steps=3)
+    assert seen == [1, 1, 1] and torch.get_num_threads() == before  # one intra-op thread, then restored
 
 
 def test_a_window_shorter_than_the_workers_backlog_gives_no_rate(datasets, monkeypatch):
@@ -276,3 +358,95 @@ def test_interference_on_cuda_with_spawned_workers(datasets, monkeypatch):
         workload.step(i)
     extra = workload.extra_metrics()
     assert extra["foreground_step_s_alone"] > 0 and extra["worker_peak_rss_gib"] > 0
+
+
+# ---- benchbay's figures against a plain loop ----------------------------------------------------
+# The per-view latency and CPU benchbay records must be the decoding's own: the same frames opened,
+# decoded and closed by a loop that does nothing else must cost the same. Each plain loop below is
+# written from the libraries' documentation, not from benchbay's backends.
+
+def _plain_torchcodec(path: Path, indices: tuple[int, ...]) -> None:
+    from torchcodec.decoders import VideoDecoder
+
+    decoder = VideoDecoder(str(path), seek_mode="approximate", num_ffmpeg_threads=1, dimension_order="NHWC")
+    decoder.get_frames_at(list(indices))
+    del decoder
+
+
+def _plain_pyav(path: Path, indices: tuple[int, ...]) -> None:
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        fps = float(stream.average_rate)
+        container.seek(round(min(indices) / fps / stream.time_base), stream=stream)  # to the keyframe before
+        for frame in container.decode(stream):
+            index = round(frame.time * fps)
+            if index in indices:
+                frame.to_ndarray(format="rgb24")
+            if index >= max(indices):
+                break
+
+
+def _plain_decord(path: Path, indices: tuple[int, ...]) -> None:
+    import decord
+
+    reader = decord.VideoReader(str(path), num_threads=0)
+    reader.get_batch(list(indices))
+    del reader
+
+
+PLAIN = {  # backend -> (the workload's knobs for the same way of decoding, the plain loop)
+    "torchcodec": ({"mode": "loader"}, _plain_torchcodec),
+    # the keyframe route with FFmpeg's frame+slice threads: their CPU counts too
+    "pyav": ({"mode": "best", "seek_mode": "keyframe", "threads": 0}, _plain_pyav),
+    "decord": ({"mode": "loader"}, _plain_decord),
+}
+CROSS_CHECK = {"latency": 0.15, "cpu": 0.20}  # largest relative difference of the medians
+CROSS_CHECK_SAMPLES = 24
+CROSS_CHECK_CLIP = {"height": 96, "width": 160, "episode_frames": 100}  # a view costs milliseconds, as on real clips
+
+
+@pytest.fixture(scope="module")
+def cross_check_dataset(tmp_path_factory) -> VideoDataset:
+    spec = PRESETS["droid"].replace(**CROSS_CHECK_CLIP)
+    return VideoDataset.open(write_dataset(tmp_path_factory.mktemp("cross_check") / "droid", spec, seed=1))
+
+
+def _against_plain_loop(ds: VideoDataset, monkeypatch, name: str) -> dict[str, float]:
+    """benchbay (num_workers 0) and the plain loop on the same samples, alternating sample by sample
+    (ABBA) so that both see the same machine; the ratios of their per-view medians."""
+    knobs, plain = PLAIN[name]
+    monkeypatch.setattr("benchbay.workloads.decode.cached_dataset", lambda spec, seed: ds.root)
+    workload = Decode(CROSS_CHECK_CLIP, {"backend": name, "seed": 1, **knobs}, torch.device("cpu"))
+    workload.setup()
+    wall, cpu = [], []
+
+    def plain_sample(i: int) -> None:
+        for view in workload.pattern.sample(i):
+            start, cpu_start = time.perf_counter(), time.process_time()
+            plain(view.path, view.indices)
+            wall.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - cpu_start)
+
+    for i in range(2):
+        workload.step(i)
+        plain_sample(i)
+    del wall[:], cpu[:]
+    for i in range(2, 2 + CROSS_CHECK_SAMPLES):
+        pair = [lambda: workload.step(i), lambda: plain_sample(i)]  # noqa: B023 (called right here)
+        for run in pair if i % 2 else reversed(pair):
+            run()
+    extra = workload.extra_metrics()
+    assert extra["views"] == len(wall) == 3 * CROSS_CHECK_SAMPLES
+    return {"latency": extra["view_latency_ms_median"] / (1e3 * statistics.median(wall)),
+            "cpu": extra["view_cpu_ms_median"] / (1e3 * statistics.median(cpu))}
+
+
+@pytest.mark.parametrize("name", [n for n in PLAIN if n in IN_PROCESS])
+def test_per_view_figures_match_a_plain_loop(cross_check_dataset, monkeypatch, name):
+    ratios = _against_plain_loop(cross_check_dataset, monkeypatch, name)
+    if any(abs(ratios[k] - 1) > bound for k, bound in CROSS_CHECK.items()):  # one retry: a shared machine
+        ratios = _against_plain_loop(cross_check_dataset, monkeypatch, name)
+    print(f"{name}: benchbay / plain loop, per-view medians: {ratios}")
+    for key, bound in CROSS_CHECK.items():
+        assert abs(ratios[key] - 1) <= bound, f"{name} per-view {key}: benchbay / plain loop = {ratios[key]:.3f}"

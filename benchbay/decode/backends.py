@@ -5,7 +5,9 @@ Each backend is driven two ways (``mode``):
 - ``loader``: as the real training loaders drive it (RLinf: torchcodec, approximate seek, one
   FFmpeg thread; DreamZero: decord ``get_batch``; Wall-X through LeRobotDataset: PyAV, seeking to
   the keyframe before the first timestamp and converting every frame up to the last one).
-- ``best``: the fastest way this library offers for the same request.
+- ``best``: the fastest way this library offers for the same request, as measured (README): one
+  decoder thread for each library (a file opened per sample and decoded over a short span pays for
+  threads more than they return), and for PyAV frames found through the container's index.
 
 Libraries are imported in ``open`` only: a point runs one backend in its own process, and some
 combinations crash when loaded together (decord2's FFmpeg before torchcodec's, on AV1).
@@ -17,7 +19,7 @@ import importlib.metadata
 import importlib.util
 from abc import ABC, abstractmethod
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,12 +45,15 @@ class DecodeError(RuntimeError):
 @dataclass(frozen=True)
 class Settings:
     """How to drive a backend. ``threads`` None = what the mode prescribes, 0 = the library's
-    automatic choice; ``seek_mode`` (torchcodec only) None = what the mode prescribes."""
+    automatic choice; ``seek_mode`` None = what the mode prescribes (each backend's own values,
+    ``Backend.seek_modes``); ``keep_open``: one decoder per file reused across samples, else a
+    decoder opened per sample (as the real loaders do)."""
 
     mode: str = "loader"
     threads: int | None = None
     device: str = "cpu"
     seek_mode: str | None = None
+    keep_open: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -92,12 +97,27 @@ class Backend(ABC):
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
     #: effective options per mode; ``Settings`` fields that are set override them
     mode_options: ClassVar[dict[str, dict[str, Any]]]
+    #: the ``seek_mode`` values this backend understands (none: it has one way to find frames)
+    seek_modes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, settings: Settings = Settings()):
         self.settings = settings
         self.options = dict(self.mode_options[settings.mode])
         if settings.threads is not None:
             self.options["threads"] = settings.threads
+        if settings.seek_mode is not None:
+            reason = self.seek_mode_reason(settings)
+            if reason:
+                raise ValueError(reason)
+            self.options["seek_mode"] = settings.seek_mode
+
+    @classmethod
+    def seek_mode_reason(cls, settings: Settings) -> str | None:
+        """Why ``settings.seek_mode`` does not apply to this backend (None if it does)."""
+        if settings.seek_mode is None or settings.seek_mode in cls.seek_modes:
+            return None
+        known = f"one of {', '.join(cls.seek_modes)}" if cls.seek_modes else "none: it has one way to find frames"
+        return f"seek_mode {settings.seek_mode!r} does not apply to {cls.name} ({known})"
 
     @classmethod
     def unavailable_reason(cls, device: str = "cpu") -> str | None:
@@ -120,7 +140,8 @@ class Backend(ABC):
 
     def describe(self) -> dict[str, Any]:
         """The effective settings, for the record."""
-        return {"backend": self.name, "mode": self.settings.mode, "device": self.settings.device, **self.options}
+        return {"backend": self.name, "mode": self.settings.mode, "device": self.settings.device,
+                "keep_open": self.settings.keep_open, **self.options}
 
     def open(self, path: Path | str) -> Handle:
         path = Path(path)
@@ -146,14 +167,11 @@ class TorchCodec(Backend):
     distribution = module = "torchcodec"
     devices = ("cpu", "cuda")
     # RLinf: a VideoDecoder per sample, approximate seek (no scan of the file), torchcodec's default
-    # single FFmpeg thread; best: FFmpeg picks the thread count
+    # single FFmpeg thread; that is also its fastest way: FFmpeg's automatic threads took 1.0-1.7x
+    # the time, exact seek 1.0-1.05x (DreamZero samples, GOP 12 / one keyframe / AV1 GOP 2)
     mode_options = {"loader": {"seek_mode": "approximate", "threads": 1},
-                    "best": {"seek_mode": "approximate", "threads": 0}}
-
-    def __init__(self, settings: Settings = Settings()):
-        super().__init__(settings)
-        if settings.seek_mode is not None:
-            self.options["seek_mode"] = settings.seek_mode
+                    "best": {"seek_mode": "approximate", "threads": 1}}
+    seek_modes = ("approximate", "exact")
 
     def _open(self, path: Path) -> Handle:
         from torchcodec.decoders import VideoDecoder
@@ -186,8 +204,8 @@ class Decord(Backend):
     distribution = "decord"
     module = "decord"
     # DreamZero's loader: VideoReader + get_batch with decord's automatic threads. get_batch is
-    # decord's only batch path, so best drives it the same way (sweep ``threads`` to tune it)
-    mode_options = {"loader": {"threads": 0}, "best": {"threads": 0}}
+    # decord's only batch path; best drives it with one thread (automatic threads: 1.2x the time)
+    mode_options = {"loader": {"threads": 0}, "best": {"threads": 1}}
 
     @classmethod
     def _is_this_package(cls, version: str) -> bool:
@@ -233,11 +251,27 @@ class _DecordHandle(Handle):
 # ---- PyAV ---------------------------------------------------------------------------------------
 
 class PyAV(Backend):
+    """loader: LeRobot's PyAV path (FFmpeg's default slice threading, every decoded frame converted).
+    best: one thread, only the requested frames converted, frames found through the container's own
+    index (``index``: read at open, no pass over the file): decode on from where the decoder stands
+    unless a keyframe lies between, then seek. The other way, ``keyframe`` (seek to the keyframe
+    before the first requested frame, decode on to the last), is best's where a stream's index
+    cannot be read at open (reordered frames): a pass over the packets at every open cost 1.48x on
+    GOP-12 H.264 with a decoder per sample. With one thread the index route took 0.66x the time of
+    the keyframe route on GOP-2 AV1, 0.94-0.97x on GOP-12 H.264 and tied on one keyframe per episode;
+    with FFmpeg's frame threads every seek flushes them and the keyframe route won (README)."""
+
     name = "pyav"
     distribution = module = "av"
-    # loader: LeRobot's PyAV path (FFmpeg's default slice threading); best: frame+slice threading
-    mode_options = {"loader": {"thread_type": "SLICE", "threads": 0},
-                    "best": {"thread_type": "AUTO", "threads": 0}}
+    mode_options = {"loader": {"thread_type": "SLICE", "threads": 0, "seek_mode": "keyframe"},
+                    "best": {"thread_type": "AUTO", "threads": 1, "seek_mode": "index"}}
+    seek_modes = ("keyframe", "index")
+
+    @classmethod
+    def seek_mode_reason(cls, settings: Settings) -> str | None:
+        if settings.mode == "loader" and settings.seek_mode not in (None, "keyframe"):
+            return "PyAV's loader mode is LeRobot's route (seek_mode keyframe); other seek modes are for best"
+        return super().seek_mode_reason(settings)
 
     def _open(self, path: Path) -> Handle:
         import av
@@ -249,14 +283,36 @@ class PyAV(Backend):
         stream = container.streams.video[0]
         stream.thread_type = self.options["thread_type"]
         stream.codec_context.thread_count = self.options["threads"]
-        handle_type = _LeRobotPyAVHandle if self.settings.mode == "loader" else _SeekingPyAVHandle
-        return handle_type(self.name, path, container, stream)
+        if self.settings.mode == "loader":
+            return _LeRobotPyAVHandle(self.name, path, container, stream)
+        if self.options["seek_mode"] == "index":
+            stamps = _container_index(stream)
+            if stamps is not None or self.settings.seek_mode == "index":  # asked for: index by demuxing
+                return _IndexedPyAVHandle(self.name, path, container, stream, stamps)
+        return _KeyframePyAVHandle(self.name, path, container, stream)
+
+
+def _container_index(stream: Any) -> list[tuple[int, bool]] | None:
+    """(pts, keyframe) of every frame from the demuxer's own index (an mp4's sample table, read at
+    open), or None when it cannot serve: incomplete, or frames reordered (its decode timestamps are
+    then not the presentation ones)."""
+    entries = stream.index_entries
+    if stream.codec_context.has_b_frames or len(entries) != stream.frames:
+        return None
+    return [(entry.timestamp, entry.is_keyframe) for entry in entries]
 
 
 class _PyAVHandle(Handle):
     def __init__(self, backend: str, path: Path, container: Any, stream: Any):
         super().__init__(backend, path)
         self.container, self.stream = container, stream
+        self.fps = float(stream.average_rate)
+        self.start = stream.start_time or 0  # in stream time base
+        self.start_s = float(self.start * stream.time_base)
+
+    @property
+    def num_frames(self) -> int:
+        return self.stream.frames
 
     def close(self) -> None:
         self.container.close()
@@ -265,47 +321,60 @@ class _PyAVHandle(Handle):
         """To the keyframe at or before ``pts`` (the container flushes the decoder)."""
         self.container.seek(pts, backward=True, any_frame=False, stream=self.stream)
 
+    def _frames_from_keyframe(self, first_s: float, last_s: float) -> Iterator[Any]:
+        """Seek to the keyframe at or before ``first_s`` (seconds from the stream's start), then
+        yield the decoded frames up to the first at or after ``last_s``."""
+        self._seek(self.start + round(first_s / self.stream.time_base))
+        for frame in self.container.decode(self.stream):
+            yield frame
+            if frame.time - self.start_s >= last_s - 1e-6:
+                return
+
 
 class _LeRobotPyAVHandle(_PyAVHandle):
     """LeRobot's pyav route: seek to the keyframe before the first requested timestamp, decode and
     convert every frame up to the last one, then take the frame nearest each timestamp."""
 
-    def __init__(self, backend: str, path: Path, container: Any, stream: Any):
-        super().__init__(backend, path, container, stream)
-        self.fps = float(stream.average_rate)
-        self.start = stream.start_time or 0
-
-    @property
-    def num_frames(self) -> int:
-        return self.stream.frames
-
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
         wanted = np.asarray(indices, dtype=np.float64) / self.fps
-        self._seek(self.start + int(wanted.min() / self.stream.time_base))
         times, frames = [], []
-        for frame in self.container.decode(self.stream):
-            times.append(frame.time)
+        for frame in self._frames_from_keyframe(wanted.min(), wanted.max()):
+            times.append(frame.time - self.start_s)
             frames.append(frame.to_ndarray(format="rgb24"))
-            if frame.time >= wanted.max() - 1e-6:
-                break
         nearest = np.abs(np.asarray(times)[None, :] - wanted[:, None]).argmin(axis=1)
         return torch.from_numpy(np.stack([frames[i] for i in nearest]))
 
 
-class _SeekingPyAVHandle(_PyAVHandle):
-    """Index the packets once at open (no decoding), then per request decode on from where the
-    decoder stands when no keyframe lies between, else seek to the target's keyframe; convert
-    only the requested frames."""
+class _KeyframePyAVHandle(_PyAVHandle):
+    """Seek to the keyframe before the first requested frame, decode on to the last one, convert
+    only the requested frames (identified by their timestamps on the constant frame rate)."""
 
-    def __init__(self, backend: str, path: Path, container: Any, stream: Any):
+    def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        wanted = set(indices)
+        decoded: dict[int, np.ndarray] = {}
+        for frame in self._frames_from_keyframe(min(indices) / self.fps, max(indices) / self.fps):
+            index = round((frame.time - self.start_s) * self.fps)
+            if index in wanted:
+                decoded[index] = frame.to_ndarray(format="rgb24")
+        missing = wanted - decoded.keys()
+        if missing:
+            raise DecodeError(self.backend, self.path, f"no frames with indices {sorted(missing)} decoded")
+        return torch.from_numpy(np.stack([decoded[i] for i in indices]))
+
+
+class _IndexedPyAVHandle(_PyAVHandle):
+    """Index the frames at open (no decoding), then per request decode on from where the decoder
+    stands when no keyframe lies between, else seek to the target's keyframe; convert only the
+    requested frames. ``stamps``: (pts, keyframe) per frame from the container's index; None: index
+    by a pass over the file's packets."""
+
+    def __init__(self, backend: str, path: Path, container: Any, stream: Any,
+                 stamps: list[tuple[int, bool]] | None = None):
         super().__init__(backend, path, container, stream)
-        keyframe_pts, all_pts = [], []
-        for packet in container.demux(stream):
-            if packet.pts is not None:
-                all_pts.append(packet.pts)
-                if packet.is_keyframe:
-                    keyframe_pts.append(packet.pts)
-        self.pts = sorted(all_pts)  # presentation order: index -> pts
+        if stamps is None:
+            stamps = [(packet.pts, packet.is_keyframe) for packet in container.demux(stream) if packet.pts is not None]
+        keyframe_pts = [pts for pts, keyframe in stamps if keyframe]
+        self.pts = sorted(pts for pts, _ in stamps)  # presentation order: index -> pts
         self.index_of = {pts: i for i, pts in enumerate(self.pts)}
         self.keyframes = sorted(self.index_of[p] for p in keyframe_pts)
         self._frames = None  # the running decode generator
@@ -328,7 +397,9 @@ class _SeekingPyAVHandle(_PyAVHandle):
             if not keyframe <= self._next <= target:
                 self._seek_to(keyframe)
             for frame in self._frames:
-                index = self.index_of[frame.pts]
+                index = self.index_of.get(frame.pts)
+                if index is None:
+                    raise DecodeError(self.backend, self.path, f"a frame at pts {frame.pts} is not in the index")
                 self._next = index + 1
                 if index == target:
                     decoded[target] = frame.to_ndarray(format="rgb24")

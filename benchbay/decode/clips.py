@@ -6,9 +6,11 @@
     <root>/videos/chunk-000/<camera key>/episode_000000.mp4  one per camera
 
 The pictures are a textured background that pans and wobbles, a moving block and per-frame sensor
-noise: hard enough to compress that decoding costs what it costs on real footage, and different
-enough frame to frame that decoding the wrong index shows. Everything follows from the seed, and
-any frame can be regenerated alone (``source_frame``) to check a decoder against the truth.
+noise, different enough frame to frame that decoding the wrong index shows. Everything follows from
+the seed, and any frame can be regenerated alone (``source_frame``) to check a decoder against the
+truth. How hard they are to compress, and so to decode (the decoder's work grows with the bits it
+reads), is set by the texture's fine ``grain`` and the per-frame ``noise``; ``VideoDataset.content``
+gives the resulting kB per frame and bits per pixel, which every decode record carries.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ class EncoderUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class ClipSpec:
     """How a dataset's videos are made. ``gop`` None = the encoder's default keyframe interval;
-    ``preset`` None = the encoder's default speed preset."""
+    ``preset`` None = the encoder's default speed preset. Content: ``grain`` = amplitude (0-255
+    scale, +-) of the background's fine per-pixel texture, ``noise`` = amplitude of the sensor noise
+    drawn anew for every frame (what inter-frame prediction cannot remove: it sets the bitrate)."""
 
     cameras: tuple[str, ...]
     codec: str
@@ -57,8 +61,17 @@ class ClipSpec:
     episode_frames: int = 150
     episodes: int = 1
     pix_fmt: str = "yuv420p"
+    grain: int = 25
+    noise: int = 3
     state_dim: int = 8
     action_dim: int = 7
+
+    def __post_init__(self) -> None:
+        for name in ("grain", "noise"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"clip {name} must be an integer >= 0 (an amplitude on the 0-255 scale), "
+                                 f"got {value!r}")
 
     def replace(self, **changes: Any) -> ClipSpec:
         """A copy with the non-None ``changes`` applied (suite params left unset keep the preset)."""
@@ -110,7 +123,7 @@ def _background(spec: ClipSpec, camera_index: int, seed: int) -> np.ndarray:
     cell = 16
     coarse = rng.integers(30, 226, size=(-(-spec.height // cell), -(-spec.width // cell), 3))
     blobs = np.repeat(np.repeat(coarse, cell, axis=0), cell, axis=1)[: spec.height, : spec.width]
-    grain = rng.integers(-25, 26, size=(spec.height, spec.width, 1))  # luminance detail, as in footage
+    grain = rng.integers(-spec.grain, spec.grain + 1, size=(spec.height, spec.width, 1))  # luminance detail
     return (blobs + grain).astype(np.int16)
 
 
@@ -123,7 +136,7 @@ def _render(background: np.ndarray, spec: ClipSpec, camera_index: int, seed: int
     top = int((height - side) * (0.5 + 0.4 * np.sin(t / 11.0 + camera_index)))
     left = int((width - side) * (0.5 + 0.4 * np.cos(t / 9.0)))
     frame[top:top + side, left:left + side] = (240, 40 + 60 * camera_index, 40)
-    noise = np.random.default_rng([seed, camera_index, t]).integers(-3, 4, size=frame.shape)
+    noise = np.random.default_rng([seed, camera_index, t]).integers(-spec.noise, spec.noise + 1, size=frame.shape)
     return np.clip(frame + noise, 0, 255).astype(np.uint8)
 
 
@@ -259,6 +272,22 @@ class VideoDataset:
     @property
     def episodes(self) -> int:
         return len(self.lengths)
+
+    def content(self) -> dict[str, float]:
+        """How much the videos hold: mean encoded kB (1000 bytes) per frame and bits per pixel over
+        every video of the dataset (file sizes, container included)."""
+        size = frames = pixels = 0
+        for camera in self.cameras:
+            height, width = self.info["features"][camera]["shape"][:2]
+            for episode, length in enumerate(self.lengths):
+                path = self.video_path(camera, episode)
+                if not path.is_file():
+                    raise FileNotFoundError(f"{self.root}: meta/episodes.jsonl lists episode {episode}, "
+                                            f"but its {camera} video {path} is missing")
+                size += path.stat().st_size
+                frames += length
+                pixels += length * height * width
+        return {"kb_per_frame": size / frames / 1e3, "bits_per_pixel": 8 * size / pixels}
 
     def codec(self, camera: str) -> str:
         return self.info["features"][camera]["info"]["video.codec"]

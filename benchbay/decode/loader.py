@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -20,17 +22,19 @@ OPEN_FILES = 64
 
 
 class SampleDecoder:
-    """Decodes a sample's views with one backend, timing each. Opens every file per sample, as the
-    real loaders do, unless ``keep_open`` (then an LRU of open decoders is reused)."""
+    """Decodes a sample's views with one backend, timing each around the backend's calls only (open,
+    decode, close). Opens every file per sample, as the real loaders do, unless the backend's
+    settings say ``keep_open`` (then an LRU of open decoders is reused)."""
 
-    def __init__(self, decoder: Backend, keep_open: bool = False):
-        self.decoder, self.keep_open = decoder, keep_open
+    def __init__(self, decoder: Backend):
+        self.decoder, self.keep_open = decoder, decoder.settings.keep_open
         self._open: OrderedDict[str, Handle] = OrderedDict()
 
     def __call__(self, requests: list[ViewRequest]) -> tuple[list[torch.Tensor], list[ViewTiming]]:
         frames, timings = [], []
         for request in requests:
-            start = time.perf_counter()
+            # process CPU time: the decoder's own threads count too
+            cpu, start = time.process_time(), time.perf_counter()
             handle = self._open.get(str(request.path)) if self.keep_open else None
             reused = handle is not None
             if handle is None:
@@ -39,13 +43,15 @@ class SampleDecoder:
             batch = handle.get_frames(request.indices)
             if batch.is_cuda:
                 torch.cuda.synchronize(batch.device)
-            done = time.perf_counter()
+            decoded = time.perf_counter()
             if self.keep_open:
                 self._keep(request, handle)
             else:
                 handle.close()
+            closed, cpu = time.perf_counter(), time.process_time() - cpu
             frames.append(batch)
-            timings.append(ViewTiming(None if reused else opened - start, done - opened, len(request.indices)))
+            timings.append(ViewTiming(open_s=None if reused else opened - start, decode_s=decoded - opened,
+                                      close_s=closed - decoded, cpu_s=cpu, frames=len(request.indices)))
         return frames, timings
 
     def _keep(self, request: ViewRequest, handle: Handle) -> None:
@@ -60,10 +66,8 @@ class DecodeDataset(Dataset):
     "timings": [ViewTiming per camera]}. The decoder is made in the process that uses it (each
     DataLoader worker its own)."""
 
-    def __init__(self, pattern: Pattern, backend_name: str, settings: Settings, keep_open: bool = False,
-                 length: int = 1_000_000):
-        self.pattern, self.backend_name, self.settings = pattern, backend_name, settings
-        self.keep_open, self.length = keep_open, length
+    def __init__(self, pattern: Pattern, backend_name: str, settings: Settings, length: int = 1_000_000):
+        self.pattern, self.backend_name, self.settings, self.length = pattern, backend_name, settings, length
         self._decoder: SampleDecoder | None = None
 
     def __len__(self) -> int:
@@ -71,7 +75,7 @@ class DecodeDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         if self._decoder is None:
-            self._decoder = SampleDecoder(backend(self.backend_name, self.settings), self.keep_open)
+            self._decoder = SampleDecoder(backend(self.backend_name, self.settings))
         frames, timings = self._decoder(self.pattern.sample(i))
         return {"frames": frames, "timings": timings}
 
@@ -83,6 +87,19 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Stack each camera's frames across the batch; keep the timings as they are."""
     return {"frames": [torch.stack(views) for views in zip(*(s["frames"] for s in samples), strict=True)],
             "timings": [s["timings"] for s in samples]}
+
+
+@contextmanager
+def worker_threads() -> Iterator[None]:
+    """torch with one intra-op thread, as torch's DataLoader worker loop sets it up: for decoding in
+    the main process (num_workers 0). Its default pool (a thread per core) would otherwise spin
+    after every tensor operation of the sample pipeline, charging the decoders cores they never used."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def make_loader(dataset: DecodeDataset, *, batch_size: int, num_workers: int, prefetch_factor: int,

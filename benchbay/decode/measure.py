@@ -30,16 +30,20 @@ THUMB_CELLS = 4
 
 @dataclass(frozen=True)
 class ViewTiming:
-    """One camera's part of a sample: opening the file (None when a kept-open decoder was reused)
-    and decoding its frames, in seconds, as the decoding process measured them."""
+    """One camera's part of a sample, as the decoding process measured it around the backend's
+    calls: wall seconds opening the file (None when a kept-open decoder was reused), decoding its
+    frames and closing the file (0 when it stays open), and the CPU seconds the process spent
+    meanwhile (the decoder's own threads included; nothing else runs in a decoding process)."""
 
     open_s: float | None
     decode_s: float
+    close_s: float
+    cpu_s: float
     frames: int
 
     @property
     def total_s(self) -> float:
-        return (self.open_s or 0.0) + self.decode_s
+        return (self.open_s or 0.0) + self.decode_s + self.close_s
 
 
 def distribution(prefix: str, values: Sequence[float]) -> dict[str, float | None]:
@@ -52,19 +56,21 @@ def distribution(prefix: str, values: Sequence[float]) -> dict[str, float | None
 
 
 def latency_summary(samples: Sequence[Sequence[ViewTiming]]) -> dict[str, float | int | None]:
-    """Per-view and per-sample latency, decoder-open cost (milliseconds) and decoding speed of
-    ``samples`` (each a list of its views' timings)."""
+    """Per-view and per-sample latency and CPU of the decoding calls, decoder-open cost
+    (milliseconds) and decoding speed of ``samples`` (each a list of its views' timings)."""
     views = [view for sample in samples for view in sample]
     opens = [1e3 * view.open_s for view in views if view.open_s is not None]
     busy = sum(view.total_s for view in views)
     frames = sum(view.frames for view in views)
     return {**distribution("view_latency_ms", [1e3 * view.total_s for view in views]),
+            **distribution("view_cpu_ms", [1e3 * view.cpu_s for view in views]),
             **distribution("view_decode_ms", [1e3 * view.decode_s for view in views]),
             **distribution("open_ms", opens),
             **distribution("sample_latency_ms", [1e3 * sum(view.total_s for view in sample) for sample in samples]),
             "opens": len(opens), "views": len(views), "frames": frames,
             # one decoding process's speed: frames over the time it spent opening and decoding
-            "decode_frames_per_s": frames / busy if busy else None}
+            "decode_frames_per_s": frames / busy if busy else None,
+            "decode_cpu_s_per_sample": sum(view.cpu_s for view in views) / len(samples) if samples else None}
 
 
 class CpuWindow:
@@ -77,13 +83,24 @@ class CpuWindow:
         self._begin: tuple[float, float] | None = None
         self._end: tuple[float, float] | None = None
 
+    def _cpu_seconds(self) -> float:
+        """This process to the nanosecond, as the decoding calls are timed (/proc counts 10 ms
+        ticks), and its children (workers) from /proc."""
+        total = time.process_time()
+        for child in self._proc.children():
+            try:
+                total += tree_cpu_seconds(child)
+            except psutil.Error:  # exited meanwhile
+                pass
+        return total
+
     def start(self) -> CpuWindow:
-        self._begin = (time.perf_counter(), tree_cpu_seconds(self._proc))
+        self._begin = (time.perf_counter(), self._cpu_seconds())
         self._sampler.start()
         return self
 
     def stop(self) -> None:
-        self._end = (time.perf_counter(), tree_cpu_seconds(self._proc))
+        self._end = (time.perf_counter(), self._cpu_seconds())
         self._sampler.stop()
 
     def __enter__(self) -> CpuWindow:

@@ -46,16 +46,60 @@ class Pattern(ABC):
 
 
 class DreamZeroClip(Pattern):
+    """The frames one DreamZero-5B training sample takes from each view. Upstream
+    (groot/vla/data/dataset/lerobot_sharded.py, ShardedLeRobotSubLangSingleActionChunkDatasetDROID,
+    ``_uniform_sample_from_language_ranges``) draws a step, then takes chunks of 8 frames (offsets
+    0, 3, ..., 21) from anchors 24 frames apart: the step's own, then alternately one further back
+    and one further forward (while the task's language stays the same: one task here), each anchor
+    needing its 24-frame action chunk inside the episode, up to ``max_chunk_size`` chunks (4 in
+    scripts/train/droid_training_wan22.sh; the data config's 5 is overridden there), and adds the
+    frame 3 after the last (or drops the last chunk's 7 when that lies past the end): 8n+1 frames,
+    33 = 9 latent frames for the 5B's Wan2.2 VAE. Upstream decodes whole episodes into a shard cache
+    and indexes it; this pattern decodes just those frames, as a per-step loader (RLinf's) does."""
+
     name = "dreamzero"
-    help = "a random anchor, frames at offsets 0,3,...,21 (8 frames) from every camera"
-    stride, frames = 3, 8
+    help = ("one DreamZero-5B training sample as upstream's groot/vla/data/dataset/lerobot_sharded.py "
+            "(ShardedLeRobotSubLangSingleActionChunkDatasetDROID) takes it: 4 chunks of frames 0,3,...,21 "
+            "from anchors 24 apart around a random step, plus one: 33 frames at stride 3 from every camera "
+            "(fewer near an episode's end)")
+    chunks = 4  # max_chunk_size of the 5B training scripts
+    anchor_stride = 24  # frames between chunk anchors, and each anchor's action chunk
+    offsets = tuple(range(0, 22, 3))  # a chunk's frames from its anchor
+    last_offset = 3  # the frame added after the last chunk
 
     def _indices(self, rng: np.random.Generator, length: int) -> tuple[int, ...]:
-        span = self.stride * (self.frames - 1) + 1
-        if length < span:
-            raise ValueError(f"episodes of {length} frames are shorter than a {span}-frame DreamZero clip")
-        anchor = int(rng.integers(length - span + 1))
-        return tuple(anchor + self.stride * k for k in range(self.frames))
+        # upstream steps: 0 .. length - the largest delta index (24); a step whose chunks leave
+        # fewer than 9 frames yields no video there: draw another (step 0 always has 9 or more)
+        if length <= self.anchor_stride:
+            raise ValueError(f"episodes of {length} frames are shorter than the {self.anchor_stride + 1} "
+                             f"frames a DreamZero sample needs")
+        while not (frames := self.frames_for_step(int(rng.integers(length - self.anchor_stride + 1)), length)):
+            pass
+        return frames
+
+    @classmethod
+    def frames_for_step(cls, step: int, length: int) -> tuple[int, ...]:
+        """The frame indices upstream takes for ``step`` of an episode of ``length`` frames (one
+        language annotation throughout); empty when it takes none."""
+        def fits(anchor: int) -> bool:
+            return 0 <= anchor and anchor + cls.anchor_stride - 1 < length
+
+        anchors = [step] if fits(step) else []
+        back, forward = step - cls.anchor_stride, step + cls.anchor_stride
+        while len(anchors) < cls.chunks and (back >= 0 or forward < length):
+            if back >= 0:
+                anchors.append(back)
+                back -= cls.anchor_stride
+            if len(anchors) < cls.chunks and forward < length:
+                if fits(forward):
+                    anchors.append(forward)
+                forward += cls.anchor_stride
+        frames = sorted({anchor + offset for anchor in anchors for offset in cls.offsets})
+        if frames and frames[-1] + cls.last_offset < length:
+            return (*frames, frames[-1] + cls.last_offset)
+        if len(frames) > len(cls.offsets):
+            return tuple(frames[:1 - len(cls.offsets)])
+        return ()
 
 
 class CurrentFrame(Pattern):

@@ -5,6 +5,13 @@ foreground loop stands in for the training step (``interference: on``).
 
 The dataset is synthetic (generated once per spec and seed into a cache, see
 ``benchbay.decode.clips``) unless ``params.root`` points at a LeRobot v2.x dataset on disk.
+
+What a record's figures hold: per view, the wall and CPU time of the backend's own calls (open,
+decode, close; ``view_latency_ms_*``, ``view_cpu_ms_*``), measured in a decoding process set up as a
+DataLoader worker (torch with one intra-op thread; the main process too with ``num_workers`` 0);
+``loader_overhead_*``, what the sample pipeline costs beyond those calls (collation, conversions,
+queueing, the harness); ``cpu_s_per_sample``, everything the decoding processes spent; and the
+dataset's ``kb_per_frame`` and ``bits_per_pixel``, which decoding speed depends on.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import torch
 
 from benchbay.decode.backends import BACKENDS, DecodeError, Settings, backend
 from benchbay.decode.clips import PRESETS, ClipSpec, VideoDataset, cached_dataset, source_frame
-from benchbay.decode.loader import DecodeDataset, Foreground, make_loader
+from benchbay.decode.loader import DecodeDataset, Foreground, make_loader, worker_threads
 from benchbay.decode.measure import CpuWindow, ViewTiming, fingerprint, latency_summary, mean_abs_diff, peak_rss
 from benchbay.decode.patterns import PATTERNS
 from benchbay.workloads.base import Choice, StepWorkload
@@ -45,7 +52,9 @@ class Decode(StepWorkload):
         "mode": Choice(("loader", "best"), "loader: as real loaders drive the backend; best: its fastest way"),
         "pattern": Choice(tuple(PATTERNS), "; ".join(f"{n}: {p.help}" for n, p in PATTERNS.items())),
         "threads": Choice(("mode", 0, 1, 2, 4, 8), "decoder threads; mode: as the mode prescribes, 0: automatic"),
-        "seek_mode": Choice(("mode", "approximate", "exact"), "torchcodec seek mode; mode: as the mode prescribes"),
+        "seek_mode": Choice(("mode", "approximate", "exact", "keyframe", "index"),
+                            "how frames are found; mode: as the mode prescribes; torchcodec: approximate | exact; "
+                            "pyav (best): keyframe (seek, decode on) | index (demux the file at open)"),
         "device": Choice(("cpu", "cuda"), "where frames are decoded (cuda: NVDEC)"),
         "keep_open": Choice((False, True), "reuse each file's decoder across samples (else open per sample)"),
         "num_workers": Choice((0, 1, 2, 4, 8), "DataLoader worker processes (0: decode in the main process)"),
@@ -59,6 +68,8 @@ class Decode(StepWorkload):
         # overrides of the preset's clip spec (None keeps the preset's value)
         "episode_frames": None, "episodes": None, "height": None, "width": None,
         "codec": None, "gop": None, "crf": None, "encoder_preset": None,
+        # content: fine texture and per-frame noise amplitudes (0-255); more noise, more kB per frame
+        "grain": None, "noise": None,
         "warmup_samples": 2,  # first samples left out of the latency statistics
     }
 
@@ -68,23 +79,21 @@ class Decode(StepWorkload):
         k = self.knob_values
         self.backend_name = k["backend"]
         self.settings = Settings(mode=k["mode"], threads=None if k["threads"] == "mode" else k["threads"],
-                                 device=k["device"], seek_mode=None if k["seek_mode"] == "mode" else k["seek_mode"])
+                                 device=k["device"], seek_mode=None if k["seek_mode"] == "mode" else k["seek_mode"],
+                                 keep_open=k["keep_open"])
         self.seed = int(k.get("seed", 0))
 
     # ---- protocol -------------------------------------------------------------------------------
     def skip_reason(self) -> str | None:
-        reason = BACKENDS[self.backend_name].unavailable_reason(self.settings.device)
-        if reason:
-            return reason
-        if self.settings.seek_mode is not None and self.backend_name != "torchcodec":
-            return "seek_mode applies to torchcodec only"
-        return None
+        cls = BACKENDS[self.backend_name]
+        return cls.unavailable_reason(self.settings.device) or cls.seek_mode_reason(self.settings)
 
     def clip_spec(self) -> ClipSpec:
         p = self.params
         return PRESETS[self.knob_values["preset"]].replace(
             episode_frames=p["episode_frames"], episodes=p["episodes"], height=p["height"], width=p["width"],
-            codec=p["codec"], gop=p["gop"], crf=p["crf"], preset=p["encoder_preset"])
+            codec=p["codec"], gop=p["gop"], crf=p["crf"], preset=p["encoder_preset"], grain=p["grain"],
+            noise=p["noise"])
 
     def setup(self) -> None:
         k = self.knob_values
@@ -93,12 +102,13 @@ class Decode(StepWorkload):
         self.decoder = backend(self.backend_name, self.settings)
         self._probe()
         self.foreground = Foreground(self.device) if k["interference"] == "on" else None
-        data = DecodeDataset(self.pattern, self.backend_name, self.settings, keep_open=k["keep_open"])
+        data = DecodeDataset(self.pattern, self.backend_name, self.settings)
         self.loader = make_loader(data, batch_size=self.mbs, num_workers=k["num_workers"],
                                   prefetch_factor=k["prefetch_factor"], pin_memory=k["pin_memory"])
         self.foreground_alone = self._foreground_alone()
         self.foreground_loaded: list[float] = []
         self.data_wait: list[float] = []
+        self.pipeline_wait: list[float] = []  # num_workers 0: per step, the wait beyond the decoding calls
         self.samples: list[list[ViewTiming]] = []  # per delivered sample, its views
         self.step_ends: list[float] = []
         self.first_frames: list[torch.Tensor] | None = None
@@ -139,10 +149,18 @@ class Decode(StepWorkload):
             self._batches = iter(self.loader)
         if self.foreground is not None:
             self.foreground_loaded.append(self.foreground.step())
+        in_process = self.knob_values["num_workers"] == 0
         start = time.perf_counter()
-        batch = next(self._batches)
+        if in_process:
+            with worker_threads():
+                batch = next(self._batches)
+        else:
+            batch = next(self._batches)
         self.last_step_end = time.perf_counter()
         self.data_wait.append(self.last_step_end - start)
+        if in_process:
+            decoding = sum(view.total_s for sample in batch["timings"] for view in sample)
+            self.pipeline_wait.append(self.data_wait[-1] - decoding)
         if self.first_frames is None:
             self.first_frames = [views[0] for views in batch["frames"]]
         self.samples.extend(batch["timings"])
@@ -167,6 +185,7 @@ class Decode(StepWorkload):
         rated = bool(measured) and len(measured) >= backlog
         frames = sum(view.frames for sample in measured for view in sample)
         cpu = self.cpu.summary()
+        decoding = latency_summary(measured)
         camera = self.dataset.cameras[0]
         out: dict[str, Any] = {
             # backend and mode flat, as the report's decoder table reads them
@@ -174,13 +193,14 @@ class Decode(StepWorkload):
             "backend_settings": self.decoder.describe(), "codec": self.dataset.codec(camera),
             "resolution": "x".join(map(str, self.dataset.info["features"][camera]["shape"][:2])),
             "cameras": len(self.dataset.cameras), "samples": len(self.samples), "measured_samples": len(measured),
-            **latency_summary(measured),
+            **self.dataset.content(), **decoding,
             "loader_samples_per_s": len(measured) / wall if rated else None,
             "frames_per_s": frames / wall if rated else None,
             "loader_rate_note": None if rated else (f"{len(measured)} measured samples, fewer than the workers' "
                                                     f"backlog of {backlog}: measure more steps for a rate"),
             # workers may have decoded up to num_workers * prefetch_factor samples more than delivered
             **cpu, "cpu_s_per_sample": cpu["cpu_time_s"] / len(measured) if measured else None,
+            **self._overhead(cpu["cpu_time_s"], measured, decoding["decode_cpu_s_per_sample"]),
             **peak_rss(),
             "frame_fingerprint": fingerprint(self.first_frames),
             "source_mad": self._source_mad(),
@@ -193,6 +213,19 @@ class Decode(StepWorkload):
             out.update(foreground_step_s_alone=alone, foreground_step_s_loaded=loaded,
                        foreground_inflation=loaded / alone)
         return out
+
+    def _overhead(self, cpu_s: float, measured: list[list[ViewTiming]],
+                  decode_cpu_s_per_sample: float | None) -> dict[str, float | None]:
+        """What the sample pipeline cost beyond the decoding calls, per sample: CPU of the decoding
+        processes (and the main one) over the window less the calls' CPU; wall, with num_workers 0,
+        the wait for a batch less its decoding calls (with workers the wait is the queue's). None
+        with interference: the foreground's CPU is the main process's too."""
+        cpu = None
+        if measured and self.foreground is None:
+            cpu = 1e3 * (cpu_s / len(measured) - decode_cpu_s_per_sample)
+        waits = self.pipeline_wait[self.window.first_step:]
+        return {"loader_overhead_cpu_ms_per_sample": cpu,
+                "loader_overhead_ms_per_sample": 1e3 * statistics.median(waits) / self.mbs if waits else None}
 
     def _source_mad(self) -> float | None:
         """Mean absolute difference between sample 0's frames and what went into the encoder: a

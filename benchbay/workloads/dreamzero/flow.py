@@ -40,8 +40,14 @@ class FlowMatching:
         return frame_ids, per_block.repeat_interleave(actions_per_block, dim=1)
 
     def _draw(self, shape: tuple[int, ...], seed: int) -> torch.Tensor:
-        generator = torch.Generator(self.device).manual_seed(seed)
-        return torch.randint(0, self.steps, shape, generator=generator, device=self.device)
+        # the CPU's generator in both classes, so that both ways train on the same schedule
+        return self._place(torch.randint(0, self.steps, shape, generator=torch.Generator().manual_seed(seed)))
+
+    def _place(self, ids: torch.Tensor) -> torch.Tensor:
+        """To the device, pinned and asynchronous: no host sync in the step."""
+        if self.device.type == "cuda":
+            ids = ids.pin_memory()
+        return ids.to(self.device, non_blocking=True)
 
     def timesteps_of(self, ids: torch.Tensor) -> torch.Tensor:
         """The timestep values (what the model embeds) of schedule indices, on the device."""
@@ -77,9 +83,8 @@ class HostSyncFlowMatching(FlowMatching):
         self.cpu_timesteps, self.cpu_sigmas, self.cpu_weights = (t.cpu() for t in
                                                                  (self.timesteps, self.sigmas, self.weights))
 
-    def _draw(self, shape: tuple[int, ...], seed: int) -> torch.Tensor:
-        """On the CPU (the official step's ``torch.randint``); the indices stay there."""
-        return torch.randint(0, self.steps, shape, generator=torch.Generator().manual_seed(seed))
+    def _place(self, ids: torch.Tensor) -> torch.Tensor:
+        return ids  # they stay on the CPU, where the official step's torch.randint draws them
 
     def timesteps_of(self, ids: torch.Tensor) -> torch.Tensor:
         return self.cpu_timesteps[ids.cpu()].to(self.device)

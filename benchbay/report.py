@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchbay.analysis import plots
+from benchbay.analysis import data_loading, plots
 from benchbay.analysis.breakdown import leave_one_out, waterfall
 from benchbay.analysis.frame import is_missing
 from benchbay.analysis.mfu import peak_sources
@@ -114,6 +114,7 @@ DISPLAY_NAMES = {
     "throughput_change": "throughput change [CI]", "speedup": "speed-up", "first_failing": "first failing",
     "largest_ok": "largest ok", "eager_point": "eager point", "final_loss": "final loss",
     "max_abs_diff": "max abs diff from first", "step_time_cv": "CV", "peak_host_rss_gib": "peak host RSS (GiB)",
+    "inflation_change": "inflation vs synthetic [CI]", "most vs best_change": "most vs best workers",
 }
 
 
@@ -288,6 +289,30 @@ def _decoder_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Bloc
     return blocks
 
 
+def _video_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
+    table = data_loading.inflation_table(points)
+    if table.empty:
+        return []
+    blocks: list[Block] = [
+        Heading("Video in the training loop", 3),
+        Text("Each data=video point against the same point on synthetic data: step-time inflation with its 95% "
+             "interval, the median wait for a batch and its share of the step, the loader workers' CPU (cores) "
+             "and the GPU's idle share (NVML)."),
+    ]
+    figure = data_loading.plot_inflation(table, out_dir / f"{stem}-video_inflation.png")
+    if figure is not None:
+        blocks.append(Image(figure, "step-time inflation against DataLoader workers"))
+    blocks.append(Table(display(table)))
+    blocks += [Heading("Best loader", 4), Table(display(data_loading.best_loaders(table)))]
+    claim = data_loading.workers_claim(table)
+    if len(claim):
+        blocks += [Heading("Do more loader workers slow the step? (RLinf's claim)", 4),
+                   Text("The most workers against the best worker count of the same backend: reproduced "
+                        "when their inflation intervals do not overlap."),
+                   Table(display(claim))]
+    return blocks
+
+
 def _top_ops(ops: Iterable[Mapping]) -> pd.DataFrame:
     rows = []
     for op in list(ops)[:TOP_OPS]:
@@ -336,6 +361,7 @@ def _suite_blocks(points: pd.DataFrame, meta: Mapping, out_dir: Path, peak_flops
         _breakdown_blocks(points, meta, stem, out_dir),
         _loss_blocks(points, meta, stem, out_dir),
         _decoder_blocks(points, stem, out_dir),
+        _video_blocks(points, stem, out_dir),
         _profile_blocks(points, stem, out_dir),
     ):
         blocks += section

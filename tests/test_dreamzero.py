@@ -11,6 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchbay import knobs as knob_table
+from benchbay.decode.feed import VIDEO_KNOBS
 from benchbay.knobs import training
 from benchbay.workloads.dreamzero import DreamZero, flops, mask
 from benchbay.workloads.dreamzero.config import SequenceLayout, preset
@@ -184,6 +185,10 @@ def test_every_workload_knob_value_runs_or_says_why():
         for value in choice.values:
             workload = make(**{knob: value})
             reason = workload.skip_reason()
+            if knob in VIDEO_KNOBS and value != choice.default:
+                if knob != "data":  # they act with data=video only; data=video: test_video_feeds_the_step
+                    assert "no effect with data=synthetic" in reason
+                continue
             if reason is not None:
                 assert knob == "attention" and value == "flex" and "CPU" in reason  # test_flex_matches_sdpa
                 continue

@@ -12,9 +12,9 @@ import psutil
 from benchbay.collect import nvml
 
 
-def tree_cpu_seconds(proc: psutil.Process) -> float:
-    """User + system CPU seconds of ``proc`` and its live children (e.g. DataLoader workers)."""
-    total = sum(proc.cpu_times()[:2])
+def children_cpu_seconds(proc: psutil.Process) -> float:
+    """User + system CPU seconds of the live children of ``proc`` (e.g. DataLoader workers)."""
+    total = 0.0
     for child in proc.children(recursive=True):
         try:
             total += sum(child.cpu_times()[:2])
@@ -23,11 +23,17 @@ def tree_cpu_seconds(proc: psutil.Process) -> float:
     return total
 
 
+def tree_cpu_seconds(proc: psutil.Process) -> float:
+    """User + system CPU seconds of ``proc`` and its live children."""
+    return sum(proc.cpu_times()[:2]) + children_cpu_seconds(proc)
+
+
 class SystemSampler:
     def __init__(self, gpu_index: int | None, interval_s: float = 0.2):
         self.gpu_index = gpu_index
         self.interval_s = interval_s
-        self.series: dict[str, list[float]] = {"cpu_util_t": [], "cpu_util": []}
+        # cpu_util: this process and its children; child_cpu_util: the children alone (loader workers)
+        self.series: dict[str, list[float]] = {"cpu_util_t": [], "cpu_util": [], "child_cpu_util": []}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -50,13 +56,15 @@ class SystemSampler:
     def _run(self) -> None:
         proc = psutil.Process()
         start = last_t = time.perf_counter()
-        last_cpu = tree_cpu_seconds(proc)
+        last_own, last_children = sum(proc.cpu_times()[:2]), children_cpu_seconds(proc)
         while not self._stop.wait(self.interval_s):
-            now, cpu = time.perf_counter(), tree_cpu_seconds(proc)
+            now, own, children = time.perf_counter(), sum(proc.cpu_times()[:2]), children_cpu_seconds(proc)
+            elapsed = max(now - last_t, 1e-9)
             # percent of one core, as top shows it: 200% = two cores busy
-            self.series["cpu_util"].append(100.0 * (cpu - last_cpu) / max(now - last_t, 1e-9))
+            self.series["cpu_util"].append(100.0 * (own + children - last_own - last_children) / elapsed)
+            self.series["child_cpu_util"].append(100.0 * (children - last_children) / elapsed)
             self.series["cpu_util_t"].append(now - start)
-            last_t, last_cpu = now, cpu
+            last_t, last_own, last_children = now, own, children
             if self.gpu_index is not None:
                 for key, value in nvml.sample(self.gpu_index).items():
                     self.series.setdefault(key, []).append(value)
@@ -64,8 +72,10 @@ class SystemSampler:
     def summary(self) -> dict[str, float | None]:
         util = self.series["cpu_util"]
         mean = statistics.fmean(util) if util else None
+        children = self.series["child_cpu_util"]
         out = {"cpu_util_mean": mean,
-               "cpu_util_cv": statistics.pstdev(util) / mean if util and mean else None}
+               "cpu_util_cv": statistics.pstdev(util) / mean if util and mean else None,
+               "child_cpu_util_mean": statistics.fmean(children) if children else None}
         for key in ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz"):
             values = self.series.get(key)
             out[f"{key}_mean"] = statistics.fmean(values) if values else None

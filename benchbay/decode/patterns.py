@@ -102,6 +102,23 @@ class DreamZeroClip(Pattern):
         return ()
 
 
+class DreamZeroFullClip(DreamZeroClip):
+    """As ``dreamzero``, from steps that yield the whole clip only: the 5B model's fixed 33 frames
+    (9 latent frames) that a training step at its real shapes takes."""
+
+    name = "dreamzero_full"
+    help = "as dreamzero, only steps whose sample has all 33 frames (the model's fixed clip)"
+    frames = 1 + len(DreamZeroClip.offsets) * DreamZeroClip.chunks
+
+    def _indices(self, rng: np.random.Generator, length: int) -> tuple[int, ...]:
+        if length < self.anchor_stride * self.chunks + 1:
+            raise ValueError(f"episodes of {length} frames are shorter than a whole {self.frames}-frame "
+                             f"DreamZero clip ({self.anchor_stride * self.chunks + 1} frames)")
+        while len(frames := super()._indices(rng, length)) != self.frames:
+            pass
+        return frames
+
+
 class CurrentFrame(Pattern):
     name = "wallx"
     help = "one random current frame from every camera (Wall-X through LeRobotDataset)"
@@ -118,4 +135,5 @@ class WholeEpisode(Pattern):
         return tuple(range(length))
 
 
-PATTERNS: dict[str, type[Pattern]] = {cls.name: cls for cls in (DreamZeroClip, CurrentFrame, WholeEpisode)}
+PATTERNS: dict[str, type[Pattern]] = {cls.name: cls for cls in (DreamZeroClip, DreamZeroFullClip, CurrentFrame,
+                                                                 WholeEpisode)}

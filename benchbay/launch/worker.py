@@ -13,6 +13,7 @@ import json
 import math
 import os
 import socket
+import statistics
 import sys
 import time
 import traceback
@@ -104,6 +105,7 @@ class Measured:
     build_s: float | None = None  # workload.prepare: the model built and the knobs applied
     losses: list[torch.Tensor] = field(default_factory=list)
     grad_norms: list[torch.Tensor] = field(default_factory=list)
+    data_s: list[float] = field(default_factory=list)  # per timed step, when the workload reports it
     step_index: int = -1  # the step running when something failed; -1: before the first
 
 
@@ -176,6 +178,8 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
                     measured.losses.append(out.loss)
                 if out.grad_norm is not None:
                     measured.grad_norms.append(out.grad_norm)
+                if out.data_s is not None:
+                    measured.data_s.append(out.data_s)
             if i == total - 1:
                 sampler.stop()
             profiler.step()
@@ -195,9 +199,19 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
                "samples_per_step": workload.samples_per_step(), "flops_per_sample": flops.get("train"),
                "frozen_flops_per_sample": flops.get("frozen"),
                "measured_steps": end - first, **memory.peak(device), **sampler.summary()}
+    metrics.update(_data_wait(measured.data_s[first:end], times[first:end]))
     return {"metrics": metrics,
-            "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values, **sampler.series},
+            "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
+                       **({"data_waits_s": measured.data_s} if measured.data_s else {}), **sampler.series},
             "extra": {**workload.extra_metrics(), **profiler.summary(), **snapshot.summary()}}
+
+
+def _data_wait(data_s: list[float], times: list[float]) -> dict[str, float]:
+    """How long the steady steps waited for their batches: the median wait, and its share of the
+    steps' time (the GPU has nothing of the step to run while the host waits)."""
+    if not data_s or len(data_s) != len(times) or not sum(times):
+        return {}
+    return {"data_wait_s": statistics.median(data_s), "data_wait_share": sum(data_s) / sum(times)}
 
 
 def _failure(exc: BaseException, step_index: int, device: torch.device, after_steps: bool = False) -> dict[str, Any]:

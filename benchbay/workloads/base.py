@@ -19,6 +19,7 @@ Minimal user workload (``workload: mypkg.bench:MyStep`` in a suite)::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -62,6 +63,7 @@ class StepOutput:
 
     loss: torch.Tensor | None = None
     grad_norm: torch.Tensor | None = None
+    data_s: float | None = None  # host time the step spent getting its batch (waiting for the loader)
 
 
 #: a prepared step: step index -> its output
@@ -174,9 +176,11 @@ class TrainingWorkload(Workload):
         train_step = training.prepare(self, self.knob_values, self.device)
 
         def one(index: int) -> StepOutput:
+            started = time.perf_counter()
             with record_function("data"):
                 batch = self.batch(index)
+            data_s = time.perf_counter() - started
             loss, grad_norm, _ = train_step(batch)
-            return StepOutput(loss, grad_norm)
+            return StepOutput(loss, grad_norm, data_s)
 
         return one

@@ -51,6 +51,7 @@ class SampleShape:
     state_valid_dims: int = 8
     text_len: int = 512  # padded umT5 tokens
     text_valid: tuple[int, int] = (12, 48)  # range of real instruction lengths
+    view_crop: float = 1.0  # share of each camera view kept (its centre) before it is resized into the canvas
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ PRESETS: dict[str, Preset] = {
             name="dreamzero-14b",
             transformer=TransformerConfig(dim=5120, layers=40, heads=40, ffn_dim=13824, in_dim=36, out_dim=16),
             vae=WAN21_VAE, vae_spatial=8, image_conditioned=True, t5=UMT5_XXL, clip=CLIP_VIT_H14,
-            sample=SampleShape(canvas=(352, 640), model_hw=(352, 640)),
+            sample=SampleShape(canvas=(352, 640), model_hw=(352, 640), view_crop=0.95),
         ),
         # the 5B path at toy widths: Wan2.2-style VAE (patchify, residual), canvas resized in the step
         Preset(

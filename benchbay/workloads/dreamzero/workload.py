@@ -18,6 +18,8 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
+from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, VideoFeed, open_dataset, video_unavailable
+from benchbay.decode.patterns import DreamZeroFullClip
 from benchbay.workloads.base import Choice, ModelParts, TrainingWorkload
 from benchbay.workloads.dreamzero import flops, mask
 from benchbay.workloads.dreamzero.attention import attention_core
@@ -25,6 +27,7 @@ from benchbay.workloads.dreamzero.config import Preset, preset
 from benchbay.workloads.dreamzero.encoders import Conditioning, FrozenEncoders, HostSyncEncoders
 from benchbay.workloads.dreamzero.flow import FlowMatching, HostSyncFlowMatching, action_loss
 from benchbay.workloads.dreamzero.transformer import KERNELS, CausalWanModel
+from benchbay.workloads.dreamzero.video import DroidCanvas
 
 # generic knobs this workload reads (the harness passes every knob; tests may pass a few)
 _GENERIC_DEFAULTS = {"cuda_graph": "off", "recompute": "off", "recompute_impl": "non_reentrant",
@@ -34,7 +37,9 @@ _GENERIC_DEFAULTS = {"cuda_graph": "off", "recompute": "off", "recompute_impl": 
 class DreamZero(TrainingWorkload):
     name = "dreamzero"
     regions = ("blocks",)
-    params = {"preset": "dreamzero-5b", "layers": None}
+    params = {"preset": "dreamzero-5b", "layers": None, **VIDEO_PARAMS}
+    #: the generated dataset ``data: video`` reads without ``params.root`` (decode.clips.PRESETS)
+    video_preset = "droid"
     graphs = ("off", "attention", "step")
     knobs = {
         "attention": Choice(("flex", "sdpa", "blockwise"),
@@ -53,12 +58,14 @@ class DreamZero(TrainingWorkload):
                                        "model does not use it (5B), as the official code does"),
         "frozen_encoders": Choice(("in_step", "cached"), "in_step: encoders run inside every step; cached: their "
                                   "outputs are computed once in build (offline caching), the encoders are dropped"),
+        **VIDEO_KNOBS,
     }
 
     def __init__(self, params: dict[str, Any], knobs: dict[str, Any], device: torch.device):
         super().__init__(params, knobs, device)
         self.preset: Preset = preset(self.params["preset"], self.params["layers"])
         self.layout = self.preset.layout()
+        self.feed: VideoFeed | None = None  # data=video: made in build
 
     def knob(self, name: str) -> Any:
         default = self.knobs[name].default if name in self.knobs else _GENERIC_DEFAULTS[name]
@@ -76,8 +83,10 @@ class DreamZero(TrainingWorkload):
                 and self.knob("recompute_impl") == "non_reentrant"):
             return ("cuda_graph=attention inside non-reentrant activation checkpointing fails ('graph recording "
                     "observed an input tensor deallocate', PT #154306): use recompute_impl=reentrant, as RLinf does")
+        if reason := video_unavailable(self._video_knobs(), self.params, self.video_preset):
+            return reason
         if self.knob("frozen_encoders") == "cached":
-            ignored = [f"{k}={self.knob(k)}" for k in ("encoders", "duplicate_vae_encode")
+            ignored = [f"{k}={self.knob(k)}" for k in ("encoders", "duplicate_vae_encode", "data")
                        if self.knob(k) != self.knobs[k].default]
             if ignored:
                 return f"frozen_encoders=cached runs no encoder in the step, so {', '.join(ignored)} has no effect"
@@ -102,9 +111,14 @@ class DreamZero(TrainingWorkload):
                 torch._dynamo.mark_static_address(self.attention_mask)
         self.trainable_params = sum(p.numel() for p in model.parameters())
         self.frozen_params = sum(p.numel() for p in encoders.parameters())
+        if self.knob("data") == "video":
+            dataset = open_dataset(self.params, self.video_preset, int(self.knob("seed")))
+            self.feed = VideoFeed(dataset, DreamZeroFullClip(dataset, int(self.knob("seed"))),
+                                  DroidCanvas(self.preset.sample), self._video_knobs(), self.mbs)
         if self.knob("frozen_encoders") == "cached":
-            raw = self._raw_inputs(self._generator(-1))
-            self.cached = encoders.encode(*raw, per_sample=False, duplicate_vae_encode=False)
+            g = self._generator(-1)
+            self.cached = encoders.encode(self._video(g), *self._prompt(g), per_sample=False,
+                                          duplicate_vae_encode=False)
             del encoders
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -122,7 +136,9 @@ class DreamZero(TrainingWorkload):
         b, s, c = self.mbs, self.preset.sample, self.preset.transformer
         out: dict[str, torch.Tensor] = {}
         if self.knob("frozen_encoders") == "in_step":
-            out["video"], out["text_ids"], out["text_mask"] = self._raw_inputs(g)
+            # data=video: the clip the loader decoded, pinned, copied while the GPU works
+            out["video"] = self.feed.next().to(self.device, non_blocking=True) if self.feed else self._video(g)
+            out["text_ids"], out["text_mask"] = self._prompt(g)
         valid_actions = torch.zeros(c.action_dim, device=self.device)
         valid_actions[: s.action_valid_dims] = 1
         out["action_mask"] = valid_actions.expand(b, s.actions, -1).contiguous()
@@ -171,7 +187,8 @@ class DreamZero(TrainingWorkload):
         return {"train": 3 * flops.transformer_forward_flops(self.preset), "frozen": frozen}
 
     def extra_metrics(self) -> dict[str, Any]:
-        return {"preset": self.preset.name, "layers": self.preset.transformer.layers,
+        video = self.feed.content() if self.feed else {}
+        return {**video, "preset": self.preset.name, "layers": self.preset.transformer.layers,
                 "tokens_per_sample": self.layout.total,
                 "attention_density": mask.allowed_pairs(self.layout) / self.layout.total ** 2,
                 "trainable_params": getattr(self, "trainable_params", None),
@@ -189,15 +206,23 @@ class DreamZero(TrainingWorkload):
     def _generator(self, step: int) -> torch.Generator:
         return torch.Generator(self.device).manual_seed(self._seed(step))
 
-    def _raw_inputs(self, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The uint8 canvas clip and the padded prompt (token ids + attention mask)."""
+    def _video_knobs(self) -> dict[str, Any]:
+        return {name: self.knob(name) for name in VIDEO_KNOBS}
+
+    def _video(self, g: torch.Generator) -> torch.Tensor:
+        """A random uint8 canvas clip (B, 3, frames, H, W)."""
+        s = self.preset.sample
+        return torch.randint(0, 256, (self.mbs, 3, s.frames, *s.canvas), generator=g, device=self.device,
+                             dtype=torch.uint8)
+
+    def _prompt(self, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """The padded prompt: token ids and attention mask (B, T)."""
         b, s = self.mbs, self.preset.sample
-        video = torch.randint(0, 256, (b, 3, s.frames, *s.canvas), generator=g, device=self.device, dtype=torch.uint8)
         lengths = torch.randint(*s.text_valid, (b, 1), generator=g, device=self.device)
         text_mask = (torch.arange(s.text_len, device=self.device) < lengths).long()
         text_ids = torch.randint(1, self.preset.t5["vocab_size"], (b, s.text_len), generator=g,
                                  device=self.device) * text_mask
-        return video, text_ids, text_mask
+        return text_ids, text_mask
 
     def _conditioning(self, batch: dict[str, torch.Tensor]) -> Conditioning:
         if self.knob("frozen_encoders") == "cached":

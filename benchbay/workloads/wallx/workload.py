@@ -4,10 +4,14 @@ proprioception token, an action chunk of 32 or 10 steps)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch.profiler import record_function
 from transformers import Qwen2_5_VLForConditionalGeneration
 
+from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, VideoFeed, open_dataset, video_unavailable
+from benchbay.decode.patterns import CurrentFrame
 from benchbay.workloads.base import Choice, ModelParts, TrainingWorkload
 from benchbay.workloads.wallx.attention import set_implementations, varlen_unavailable
 from benchbay.workloads.wallx.batch import VisionInputs, WallXBatch, synthetic_batch
@@ -15,6 +19,7 @@ from benchbay.workloads.wallx.config import PRESETS
 from benchbay.workloads.wallx.flops import forward_flops
 from benchbay.workloads.wallx.layout import SequenceLayout, Token
 from benchbay.workloads.wallx.model import WallXModel
+from benchbay.workloads.wallx.video import QwenPatches
 
 
 class WallX(TrainingWorkload):
@@ -29,8 +34,11 @@ class WallX(TrainingWorkload):
                                    "(host sync per layer); flash packs all windows into one varlen call"),
         "lm_head": Choice(("all", "text"),
                           "all: lm_head over every token, as the official step; text: over the text tokens only"),
+        **VIDEO_KNOBS,
     }
-    params = {"preset": "wallx-3b", "action_horizon": 32, "layers": None}
+    params = {"preset": "wallx-3b", "action_horizon": 32, "layers": None, **VIDEO_PARAMS}
+    #: the generated dataset ``data: video`` reads without ``params.root`` (decode.clips.PRESETS)
+    video_preset = "libero"
 
     def __init__(self, params, knobs, device):
         super().__init__(params, knobs, device)
@@ -43,6 +51,7 @@ class WallX(TrainingWorkload):
         self.layout = SequenceLayout.wallx(self.preset.prompt_tokens, self.preset.image_tokens, self.preset.cameras,
                                            self.preset.instruction_tokens, self.params["action_horizon"])
         self._vision: VisionInputs | None = None
+        self.feed: VideoFeed | None = None  # data=video: made in build
 
     def knob(self, name: str):
         return self.knob_values.get(name, self.knobs[name].default)
@@ -52,6 +61,9 @@ class WallX(TrainingWorkload):
         return self.params["layers"] or self.preset.text["num_hidden_layers"]
 
     def skip_reason(self) -> str | None:
+        if reason := video_unavailable({name: self.knob(name) for name in VIDEO_KNOBS}, self.params,
+                                       self.video_preset):
+            return reason
         for name in ("attention", "vision_attention"):
             if self.knob(name) != "flash":
                 continue
@@ -72,6 +84,11 @@ class WallX(TrainingWorkload):
             vlm = Qwen2_5_VLForConditionalGeneration(self.preset.vlm_config(self.params["layers"]))
             set_implementations(vlm, self.knob("attention"), self.knob("vision_attention"))
             model = WallXModel(vlm, self.preset, self.layout, self.knob("attention"), self.knob("lm_head"))
+        if self.knob("data") == "video":
+            seed = int(self.knob_values.get("seed", 0))
+            dataset = open_dataset(self.params, self.video_preset, seed)
+            self.feed = VideoFeed(dataset, CurrentFrame(dataset, seed), QwenPatches(self.preset),
+                                  {name: self.knob(name) for name in VIDEO_KNOBS}, self.mbs)
         return ModelParts(model=model, regions={"backbone": list(vlm.model.language_model.layers),
                                                 "vision": list(vlm.model.visual.blocks)})
 
@@ -79,7 +96,12 @@ class WallX(TrainingWorkload):
         images = self.mbs * self.preset.cameras
         if self._vision is None or len(self._vision.grid_thw) != images:
             self._vision = VisionInputs.for_images(self.preset, images, self.device)
-        return synthetic_batch(self.preset, self._vision, self.mbs, self.params["action_horizon"], step, self.device)
+        batch = synthetic_batch(self.preset, self._vision, self.mbs, self.params["action_horizon"], step, self.device)
+        if self.feed is None:
+            return batch
+        # data=video: the cameras' current frames as the loader processed them, pinned, copied while the GPU works
+        pixels = self.feed.next().flatten(0, 1).to(self.device, non_blocking=True)
+        return dataclasses.replace(batch, pixel_values=pixels)
 
     def loss(self, model, batch):
         with record_function("forward"):
@@ -98,7 +120,8 @@ class WallX(TrainingWorkload):
         return {"train": 3 * sum(self.forward_flops().values()), "frozen": 0.0}
 
     def extra_metrics(self) -> dict:
-        return {"tokens_per_sample": self.layout.length,
+        video = self.feed.content() if self.feed else {}
+        return {**video, "tokens_per_sample": self.layout.length,
                 "image_tokens_per_sample": self.layout.count(Token.IMAGE),
                 "text_tokens_per_sample": self.layout.count(Token.TEXT),
                 **{f"forward_flops_{part}": flops for part, flops in self.forward_flops().items()}}

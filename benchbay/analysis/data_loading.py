@@ -1,0 +1,151 @@
+"""Video inside the training loop: every ``data: video`` point against the same point on synthetic
+data (all knobs equal but the video ones), the step's wait for its batches, the loader workers'
+CPU and the GPU's idle share; the best loader per workload and batch size, and RLinf's claim that
+too many loader workers slow the step by taking CPU from its kernel launches.
+
+Inflation is the step-time change from the synthetic point, with the breakdown's bootstrap
+interval; a change whose interval includes no change is not significant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from benchbay.analysis.breakdown import NOT_SIGNIFICANT, point_changes
+from benchbay.analysis.frame import knob_columns, param_columns
+from benchbay.analysis.tables import OK
+
+#: the video knobs of benchbay.decode.feed.VIDEO_KNOBS (kept in step by a test; analysis stays light)
+VIDEO_KNOB_NAMES = ("data", "video_backend", "video_device", "num_workers", "prefetch_factor", "pin_memory")
+#: a loader keeps the step "as fast as synthetic data" within this inflation (the issue's 10%)
+WITHIN = 0.10
+LOADER = ["video_backend", "video_device", "num_workers", "prefetch_factor"]
+
+
+def video_points(summary: pd.DataFrame) -> pd.DataFrame:
+    if "data" not in summary:
+        return summary.iloc[:0]
+    return summary[(summary["data"] == "video") & (summary["status"] == OK)]
+
+
+def _baseline_key(row: pd.Series, columns: list[str]) -> tuple:
+    return tuple(str(row[c]) for c in columns)
+
+
+def inflation_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per ok video point: its loader, step, the synthetic step, inflation [CI], verdict,
+    data wait, loader CPU (cores) and GPU idle share."""
+    video = video_points(summary)
+    if video.empty:
+        return pd.DataFrame()
+    same = [c for c in knob_columns(summary) + param_columns(summary) + ["workload"] if c not in VIDEO_KNOB_NAMES]
+    synthetic = summary[(summary["data"] == "synthetic") & (summary["status"] == OK)]
+    baselines = {_baseline_key(row, same): row for _, row in synthetic.iterrows()}
+    rows = []
+    for _, point in video.iterrows():
+        base = baselines.get(_baseline_key(point, same))
+        change = point_changes(base, point) if base is not None else {}
+        rows.append({
+            "workload": point["workload"], "mbs": point.get("mbs"), **{k: point.get(k) for k in LOADER},
+            "step (s)": point["step_time_s"],
+            "synthetic step (s)": None if base is None else base["step_time_s"],
+            "inflation_change": change.get("step_change"), "inflation_change_low": change.get("step_change_low"),
+            "inflation_change_high": change.get("step_change_high"),
+            "verdict": _inflation_verdict(change) if change else "no synthetic point",
+            "data wait (ms)": _scaled(point.get("data_wait_s"), 1e3),
+            "wait share": point.get("data_wait_share"),
+            "loader CPU (cores)": _scaled(point.get("child_cpu_util_mean"), 1e-2),
+            "GPU idle share": None if _missing(point.get("gpu_util_mean")) else 1 - point["gpu_util_mean"] / 100,
+        })
+    return pd.DataFrame(rows)
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and not np.isfinite(value))
+
+
+def _scaled(value, scale: float):
+    return None if _missing(value) else value * scale
+
+
+def _inflation_verdict(change: dict) -> str:
+    """slower / not significant / faster than the synthetic step (a loader never makes it faster:
+    that reads as noise)."""
+    low, high = change.get("step_change_low"), change.get("step_change_high")
+    if _missing(low) or _missing(high):
+        return "no interval"
+    return "slower" if low > 0 else "faster" if high < 0 else NOT_SIGNIFICANT
+
+
+def best_loaders(table: pd.DataFrame) -> pd.DataFrame:
+    """Per workload and mbs: the loader with the shortest step, and whether it keeps the step within
+    WITHIN of synthetic data (what bounds it otherwise: the wait or the workers' CPU)."""
+    if table.empty:
+        return table
+    rows = []
+    for (workload, mbs), group in table.groupby(["workload", "mbs"], dropna=False):
+        best = group.sort_values("step (s)").iloc[0]
+        within = not _missing(best["inflation_change"]) and best["inflation_change"] <= WITHIN
+        rows.append({"workload": workload, "mbs": mbs, **{k: best[k] for k in LOADER},
+                     "inflation_change": best["inflation_change"], "verdict": best["verdict"],
+                     f"within {WITHIN:.0%} of synthetic": "yes" if within else "no",
+                     "bound by": "" if within else _bound(best)})
+    return pd.DataFrame(rows)
+
+
+def _bound(row: pd.Series) -> str:
+    share = row["wait share"]
+    if not _missing(share) and share > WITHIN / 2:
+        return f"the wait for batches ({share:.0%} of the step): decoding slower than the step"
+    return "the step itself on the host (little wait): the loader's CPU competes with kernel launches"
+
+
+def workers_claim(table: pd.DataFrame) -> pd.DataFrame:
+    """RLinf's claim per workload, mbs and backend: the most workers against the best worker count.
+    Reproduced when the most workers are significantly slower than the best count."""
+    rows = []
+    if table.empty:
+        return pd.DataFrame(rows)
+    keys = ["workload", "mbs", "video_backend", "video_device", "prefetch_factor"]
+    for key, group in table.groupby(keys, dropna=False):
+        if group["num_workers"].nunique() < 2:
+            continue
+        best = group.sort_values("step (s)").iloc[0]
+        most = group.sort_values("num_workers").iloc[-1]
+        slower = most["step (s)"] / best["step (s)"] - 1
+        # the two intervals are against the same synthetic step: disjoint means a real difference
+        separated = (not _missing(most["inflation_change_low"]) and not _missing(best["inflation_change_high"])
+                     and most["inflation_change_low"] > best["inflation_change_high"])
+        verdict = ("reproduced" if separated else "the best count" if most["num_workers"] == best["num_workers"]
+                   else "not reproduced (not significant)")
+        rows.append({**dict(zip(keys, key, strict=True)), "best workers": best["num_workers"],
+                     "most workers": most["num_workers"], "most vs best_change": slower, "claim": verdict})
+    return pd.DataFrame(rows)
+
+
+def plot_inflation(table: pd.DataFrame, path: Path) -> Path | None:
+    """Inflation against num_workers, one line per backend, one panel per workload and mbs."""
+    if table.empty or table["inflation_change"].isna().all():
+        return None
+    panels = list(table.groupby(["workload", "mbs"], dropna=False))
+    fig = Figure(figsize=(5 * len(panels), 3.6))
+    axes = fig.subplots(1, len(panels), squeeze=False)
+    for ax, ((workload, mbs), group) in zip(axes[0], panels, strict=True):
+        for (backend, device), line in group.groupby(["video_backend", "video_device"], dropna=False):
+            line = line.sort_values("num_workers")
+            value = line["inflation_change"].astype(float)
+            err = [100 * (value - line["inflation_change_low"].astype(float)).fillna(0),
+                   100 * (line["inflation_change_high"].astype(float) - value).fillna(0)]
+            ax.errorbar(line["num_workers"], 100 * value, yerr=err, marker="o", capsize=3,
+                        label=backend if device == "cpu" else f"{backend} ({device})")
+        ax.axhline(0, color="grey", linewidth=0.8)
+        ax.axhline(100 * WITHIN, color="grey", linewidth=0.8, linestyle="--")
+        ax.set(title=f"{workload}, mbs {mbs}", xlabel="DataLoader workers", ylabel="step time vs synthetic (%)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,113 @@
+"""Video inside the training loop (``data: video`` on a training workload): a torch DataLoader over
+a LeRobot-layout dataset whose workers decode each sample's views with the chosen backend (the
+decode package's own dataset and decoders) and turn them into what the model's real loader hands
+over (``SamplePipeline``: DreamZero's tiled DROID canvas, Wall-X's Qwen2.5-VL image patches).
+
+The step then waits for the batch like a real step does: ``TrainingWorkload.prepare`` times that
+wait (``data_wait_s``), the system sampler the workers' CPU. The workers' prefetch backlog
+(``num_workers x prefetch_factor`` batches, filled while the first step compiles) is drained in
+the first step, so that every measured batch was decoded while training ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from benchbay.decode.backends import BACKENDS, Settings
+from benchbay.decode.clips import PRESETS, VideoDataset, cached_dataset
+from benchbay.decode.loader import DecodeDataset, worker_threads
+from benchbay.decode.patterns import Pattern
+from benchbay.workloads.base import Choice
+
+#: the knobs of a training workload that can be fed decoded video (its first value is the default)
+VIDEO_KNOBS = {
+    "data": Choice(("synthetic", "video"), "synthetic: batches made on the device; video: decoded from a "
+                   "LeRobot-layout dataset by a DataLoader, as the real loader does, the rest synthetic"),
+    "video_backend": Choice(("torchcodec", "decord", "pyav"), "data=video: the decoding library"),
+    "video_device": Choice(("cpu", "cuda"), "data=video: where frames are decoded (cuda: NVDEC, torchcodec)"),
+    "num_workers": Choice((0, 2, 4, 8, 16), "data=video: DataLoader worker processes"),
+    "prefetch_factor": Choice((2, 4, 8), "data=video: batches each worker prepares ahead"),
+    "pin_memory": Choice((True, False), "data=video: DataLoader pin_memory (with a GPU)"),
+}
+#: workload params of a video-fed workload: ``root`` an existing dataset, else one is generated
+VIDEO_PARAMS = {"root": None, "episodes": 4, "episode_frames": 240}
+
+#: one sample's decoded views (each camera's (frames, H, W, 3) uint8) -> the model's input tensor
+SamplePipeline = Callable[[list[torch.Tensor]], torch.Tensor]
+
+
+def video_unavailable(knobs: dict[str, Any], params: dict[str, Any], preset: str) -> str | None:
+    """Why ``data: video`` cannot run with these knobs here, or why a video knob set with synthetic
+    data would not act (None if all is well)."""
+    if knobs["data"] != "video":
+        ignored = [f"{name}={knobs[name]}" for name, choice in VIDEO_KNOBS.items() if knobs[name] != choice.default]
+        return f"{', '.join(ignored)}: no effect with data=synthetic" if ignored else None
+    reason = BACKENDS[knobs["video_backend"]].unavailable_reason(knobs["video_device"])
+    if reason is None and knobs["video_backend"] == "decord" and "av1" in _codecs(params, preset):
+        reason = "decord 0.6 cannot open AV1 videos (this dataset's codec): use torchcodec or pyav"
+    return f"data=video: {reason}" if reason else None
+
+
+def _codecs(params: dict[str, Any], preset: str) -> set[str]:
+    if params.get("root"):
+        dataset = VideoDataset.open(Path(params["root"]))
+        return {dataset.codec(camera) for camera in dataset.cameras}
+    return {PRESETS[preset].codec}
+
+
+class _Frames(torch.utils.data.Dataset):
+    """Item i: the model input of sample i (the decoded views through the sample pipeline)."""
+
+    def __init__(self, decoded: DecodeDataset, pipeline: SamplePipeline):
+        self.decoded, self.pipeline = decoded, pipeline
+
+    def __len__(self) -> int:
+        return len(self.decoded)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.pipeline(self.decoded[i]["frames"])
+
+
+class VideoFeed:
+    """Model inputs of ``batch_size`` samples per ``next()``, decoded by DataLoader workers."""
+
+    def __init__(self, dataset: VideoDataset, pattern: Pattern, pipeline: SamplePipeline, knobs: dict[str, Any],
+                 batch_size: int):
+        settings = Settings(mode="loader", device=knobs["video_device"])
+        workers = knobs["num_workers"]
+        self.backlog = workers * knobs["prefetch_factor"]
+        self.dataset = dataset
+        # workers are spawned, never forked: a fork copies the parent's threads' locks (samplers,
+        # decoder and OpenMP pools, CUDA)
+        self.loader = DataLoader(_Frames(DecodeDataset(pattern, knobs["video_backend"], settings), pipeline),
+                                 batch_size=batch_size, num_workers=workers,
+                                 prefetch_factor=knobs["prefetch_factor"] if workers else None,
+                                 pin_memory=knobs["pin_memory"] and torch.cuda.is_available(),
+                                 multiprocessing_context="spawn" if workers else None)
+        self._batches = None
+
+    def next(self) -> torch.Tensor:
+        if self._batches is None:
+            self._batches = iter(self.loader)
+            for _ in range(self.backlog):  # what the workers prepared during the first step
+                next(self._batches)
+        if self.loader.num_workers:
+            return next(self._batches)
+        with worker_threads():  # decoding in this process: torch as in a DataLoader worker
+            return next(self._batches)
+
+    def content(self) -> dict[str, float]:
+        return self.dataset.content()
+
+
+def open_dataset(params: dict[str, Any], preset: str, seed: int) -> VideoDataset:
+    """``params.root`` when given, else the generated ``preset`` dataset (decode.clips.PRESETS)."""
+    if params.get("root"):
+        return VideoDataset.open(Path(params["root"]))
+    spec = PRESETS[preset].replace(episodes=params.get("episodes"), episode_frames=params.get("episode_frames"))
+    return VideoDataset.open(cached_dataset(spec, seed))

@@ -1,0 +1,143 @@
+"""data=video: the training steps fed by real decoding, on the tiny presets and short generated
+datasets: the model inputs are the decoded frames through each model's sample pipeline, and a
+suite records how long the step waited for them and what the loader's workers cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from benchbay import knobs as knob_table
+from benchbay import store
+from benchbay.decode.backends import Settings, backend
+from benchbay.decode.feed import open_dataset
+from benchbay.decode.loader import SampleDecoder
+from benchbay.decode.patterns import CurrentFrame, DreamZeroFullClip
+from benchbay.runner import SuiteRunner
+from benchbay.suite import load
+from benchbay.workloads.dreamzero import DreamZero
+from benchbay.workloads.dreamzero.config import preset as dreamzero_preset
+from benchbay.workloads.dreamzero.video import DroidCanvas
+from benchbay.workloads.wallx import WallX
+from benchbay.workloads.wallx.config import PRESETS as WALLX_PRESETS
+from benchbay.workloads.wallx.video import ImageProcessor, QwenPatches
+from tests.conftest import write_suite
+
+CPU = torch.device("cpu")
+SHORT = {"episodes": 1, "episode_frames": 100}  # a whole 33-frame DreamZero clip fits; quick to generate
+
+
+def _solid(value: int, frames: int = 2, h: int = 18, w: int = 32) -> torch.Tensor:
+    return torch.full((frames, h, w, 3), value, dtype=torch.uint8)
+
+
+def test_droid_canvas_tiles_the_wrist_view_across_the_top():
+    sample = dreamzero_preset("dreamzero-5b").sample
+    canvas = DroidCanvas(sample)([_solid(10), _solid(20), _solid(30)])
+    assert canvas.shape == (3, 2, 320, 640) and canvas.dtype == torch.uint8
+    assert (canvas[:, :, :160] == 30).all()  # wrist, across the top row
+    assert (canvas[:, :, 160:, :320] == 10).all() and (canvas[:, :, 160:, 320:] == 20).all()
+    crop = DroidCanvas(dreamzero_preset("dreamzero-14b").sample)([_solid(10), _solid(20), _solid(30)])
+    assert crop.shape == (3, 2, 352, 640)
+
+
+def test_qwen_patches_are_the_image_processors_rows():
+    wallx = WALLX_PRESETS["wallx-tiny"]
+    views = [torch.from_numpy(np.random.default_rng(i).integers(0, 256, (1, 48, 48, 3), dtype=np.uint8))
+             for i in range(2)]
+    rows = QwenPatches(wallx)(views)
+    side = wallx.resized_image
+    reference = ImageProcessor(patch_size=wallx.vision["patch_size"], temporal_patch_size=2,
+                                      merge_size=wallx.vision["spatial_merge_size"], min_pixels=side * side,
+                                      max_pixels=side * side)(images=[v[0].numpy() for v in views],
+                                                              return_tensors="pt")["pixel_values"]
+    assert rows.shape == (2 * wallx.patch_grid ** 2, 3 * 2 * wallx.vision["patch_size"] ** 2)
+    torch.testing.assert_close(rows, reference)
+
+
+def _video_knobs(workload_cls, **knobs):
+    return {**knob_table.defaults_for(workload_cls), "precision": "fp32", "data": "video", **knobs}
+
+
+def test_dreamzero_steps_on_the_clips_its_loader_decodes():
+    """The step's video is the decoded 33-frame clip of each camera, tiled: as decoding sample 0
+    directly and tiling it gives."""
+    values = _video_knobs(DreamZero, attention="sdpa", mbs=1)
+    workload = DreamZero({"preset": "dreamzero-tiny", **SHORT}, values, CPU)
+    assert workload.skip_reason() is None
+    workload.build()
+    video = workload.batch(0)["video"]
+    dataset = open_dataset(SHORT, "droid", 0)
+    views, _ = SampleDecoder(backend("torchcodec", Settings()))(DreamZeroFullClip(dataset, 0).sample(0))
+    assert [v.shape[0] for v in views] == [33, 33, 33]
+    expected = DroidCanvas(workload.preset.sample)(views)
+    assert video.shape == (1, 3, 33, *workload.preset.sample.canvas)
+    torch.testing.assert_close(video[0], expected)
+    assert workload.extra_metrics()["kb_per_frame"] > 0
+
+
+def test_wallx_steps_on_the_frames_its_loader_decodes():
+    values = _video_knobs(WallX, mbs=1, video_backend="pyav")
+    workload = WallX({"preset": "wallx-tiny", "episodes": 1, "episode_frames": 12}, values, CPU)
+    assert workload.skip_reason() is None
+    workload.build()
+    pixels = workload.batch(0).pixel_values
+    dataset = open_dataset({"episodes": 1, "episode_frames": 12}, "libero", 0)
+    views, _ = SampleDecoder(backend("pyav", Settings()))(CurrentFrame(dataset, 0).sample(0))
+    torch.testing.assert_close(pixels, QwenPatches(workload.preset)(views))
+
+
+def test_video_knobs_act_or_refuse():
+    synthetic = DreamZero({"preset": "dreamzero-tiny"}, {"attention": "sdpa", "num_workers": 4}, CPU)
+    assert "no effect with data=synthetic" in synthetic.skip_reason()
+    av1 = WallX({"preset": "wallx-tiny"}, {"data": "video", "video_backend": "decord"}, CPU)
+    assert "AV1" in av1.skip_reason()
+    nvdec = DreamZero({"preset": "dreamzero-tiny"}, {"attention": "sdpa", "data": "video", "video_backend": "pyav",
+                                                      "video_device": "cuda"}, CPU)
+    assert "cpu only" in nvdec.skip_reason()
+
+
+def test_a_video_suite_records_the_wait_and_the_loader_cpu(tmp_path, in_repo):
+    path = write_suite(tmp_path / "video.yaml", """
+name: video-tiny
+workload: {name: dreamzero, params: {preset: dreamzero-tiny, episodes: 1, episode_frames: 100}}
+knobs: {precision: fp32, attention: sdpa, mbs: 1}
+sweep:
+  points:
+    - {label: synthetic}
+    - {label: video, data: video, num_workers: 0}
+    - {label: video-workers, data: video, num_workers: 2}
+steps: {warmup: 1, measure: 4}
+timeout: 300
+""")
+    summary = SuiteRunner(load(path), tmp_path / "results").run_all()
+    by_label = {r["label"]: r for r in store.read_records(summary.run)}
+    assert {k: r["status"] for k, r in by_label.items()} == dict.fromkeys(by_label, "ok"), \
+        {k: r["reason"] for k, r in by_label.items()}
+    for label in by_label:
+        m = by_label[label]["metrics"]
+        assert m["data_wait_s"] >= 0 and 0 <= m["data_wait_share"] < 1
+        assert len(by_label[label]["series"]["data_waits_s"]) == 5
+    # decoding in the step's own process costs the step; workers decode elsewhere, on their CPU
+    assert by_label["video"]["metrics"]["data_wait_s"] > by_label["synthetic"]["metrics"]["data_wait_s"]
+    assert by_label["video-workers"]["metrics"]["child_cpu_util_mean"] > 0
+    assert by_label["video"]["extra"]["kb_per_frame"] > 0
+    # the report sets each video point beside its synthetic twin
+    from benchbay.analysis.data_loading import best_loaders, inflation_table
+    from benchbay.analysis.tables import point_summary
+    from benchbay.report import build_report
+
+    frame = store.load_runs([summary.run])
+    table = inflation_table(point_summary(frame))
+    assert len(table) == 2 and table["synthetic step (s)"].notna().all()
+    assert (table["synthetic step (s)"] == by_label["synthetic"]["metrics"]["step_time_s"]).all()
+    assert len(best_loaders(table)) == 1
+    report = build_report(frame, tmp_path / "report", title="video").read_text()
+    assert "Video in the training loop" in report and (tmp_path / "report" / "video-tiny-video_inflation.png").exists()
+
+
+def test_the_analysis_knows_the_video_knobs():
+    from benchbay.analysis.data_loading import VIDEO_KNOB_NAMES
+    from benchbay.decode.feed import VIDEO_KNOBS
+
+    assert VIDEO_KNOB_NAMES == tuple(VIDEO_KNOBS)

@@ -192,12 +192,22 @@ def test_every_workload_knob_value_runs_or_says_why():
             if reason is not None:
                 assert knob == "attention" and value == "flex" and "CPU" in reason  # test_flex_matches_sdpa
                 continue
+            if (knob, value) == ("encoders_compile", True):
+                continue  # compiling takes minutes on a CPU: test_encoders_compile_compiles_each_encoder_in_place
             loss, parts = _one_loss(workload)
             assert torch.isfinite(loss)
             if (knob, value) == ("frozen_encoders", "cached"):
                 assert parts.frozen == []  # the encoders are gone from the step
             else:  # batching, the duplicate encode and the cache change work, not results
                 assert loss == pytest.approx(reference.item(), rel=1e-4)
+
+
+def test_encoders_compile_compiles_each_encoder_in_place():
+    workload = make(encoders_compile=True)
+    parts = built(workload)
+    enc = parts.frozen[0]
+    assert all(m._compiled_call_impl is not None for m in (enc.vae.encoder, enc.text_encoder, enc.image_encoder))
+    assert "encoders_compile=True" in make(frozen_encoders="cached", encoders_compile=True).skip_reason()
 
 
 def test_knob_combinations_that_cannot_run_say_why():

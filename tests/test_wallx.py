@@ -261,3 +261,21 @@ def test_the_harness_step_runs_with_sharding_recompute_and_precision(group, knob
     step = training.prepare(workload, values, CPU)
     losses = [float(step(workload.batch(0))[0]) for _ in range(2)]
     assert all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_chunked_cross_entropy_is_the_text_loss(monkeypatch):
+    """lm_head=chunked (a few rows at a time, logits recomputed in backward) computes the same loss
+    and gradients as lm_head=text."""
+    from benchbay.workloads.wallx import model as wallx_model
+
+    monkeypatch.setattr(wallx_model, "CE_CHUNK_ROWS", 7)  # several chunks, the last one short
+    results = []
+    for lm_head in ("text", "chunked"):
+        workload, parts = build({"lm_head": lm_head, "attention": "sdpa", "vision_attention": "sdpa"})
+        loss, _ = workload.loss(parts.model, workload.batch(0))
+        loss.backward()
+        results.append((loss.detach(), [p.grad for p in parts.model.parameters() if p.requires_grad]))
+    (text, text_grads), (chunked, chunked_grads) = results
+    torch.testing.assert_close(chunked, text)
+    for got, want in zip(chunked_grads, text_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)

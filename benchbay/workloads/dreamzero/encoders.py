@@ -48,6 +48,12 @@ class FrozenEncoders(nn.Module):
         self.register_buffer("clip_mean", torch.tensor(_CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("clip_std", torch.tensor(_CLIP_STD).view(1, 3, 1, 1), persistent=False)
 
+    def compile_in_place(self) -> None:
+        """torch.compile each encoder's network (the VAE's encoder: 3 graphs, its first frame, later
+        chunks and their caches); their Python wrappers stay eager."""
+        for module in (self.vae.encoder, self.text_encoder, self.image_encoder):
+            module.compile()
+
     @property
     def dtype(self) -> torch.dtype:
         return self.latents_mean.dtype

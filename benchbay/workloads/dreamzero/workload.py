@@ -58,6 +58,8 @@ class DreamZero(TrainingWorkload):
                                        "model does not use it (5B), as the official code does"),
         "frozen_encoders": Choice(("in_step", "cached"), "in_step: encoders run inside every step; cached: their "
                                   "outputs are computed once in build (offline caching), the encoders are dropped"),
+        "encoders_compile": Choice((False, True), "compile the frozen encoders in place (the VAE's encoder, umT5, "
+                                   "CLIP's vision tower): fused kernels instead of a Python call per layer"),
         **VIDEO_KNOBS,
     }
 
@@ -86,7 +88,7 @@ class DreamZero(TrainingWorkload):
         if reason := video_unavailable(self._video_knobs(), self.params, self.video_preset):
             return reason
         if self.knob("frozen_encoders") == "cached":
-            ignored = [f"{k}={self.knob(k)}" for k in ("encoders", "duplicate_vae_encode", "data")
+            ignored = [f"{k}={self.knob(k)}" for k in ("encoders", "duplicate_vae_encode", "data", "encoders_compile")
                        if self.knob(k) != self.knobs[k].default]
             if ignored:
                 return f"frozen_encoders=cached runs no encoder in the step, so {', '.join(ignored)} has no effect"
@@ -123,6 +125,8 @@ class DreamZero(TrainingWorkload):
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             return ModelParts(model=model, regions={"blocks": list(model.blocks)})
+        if self.knob("encoders_compile"):
+            encoders.compile_in_place()
         self.encoders = encoders
         return ModelParts(model=model, regions={"blocks": list(model.blocks)}, frozen=[encoders])
 

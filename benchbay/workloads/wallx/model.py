@@ -15,6 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
 
 from benchbay.workloads.wallx.attention import language_mask
@@ -87,6 +88,10 @@ class FlowMatchingActionHead(nn.Module):
         return err.sum() / dof_mask.sum().clamp(min=1)
 
 
+#: rows of the chunked cross-entropy: 1024 x 151,936 fp32 logits (0.6 GB) live at a time
+CE_CHUNK_ROWS = 1024
+
+
 class WallXModel(nn.Module):
     """The trained model; ``forward(batch)`` returns (text cross-entropy, flow MSE)."""
 
@@ -138,7 +143,13 @@ class WallXModel(nn.Module):
     def _text_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Cross-entropy over the text tokens. ``lm_head_tokens="all"`` is the official step: logits of
         every token, upcast to fp32, non-text labels ignored (transformers' causal-LM loss);
-        ``"text"`` runs lm_head over the text tokens only."""
+        ``"text"`` runs lm_head over the text tokens only; ``"chunked"`` too, a chunk of rows at a
+        time whose fp32 logits are recomputed in backward rather than kept (the 152k-word vocabulary)."""
+        if self.lm_head_tokens == "chunked":
+            rows = hidden.index_select(1, self.text_positions).flatten(0, 1)
+            total = sum(checkpoint(self._chunk_loss, h, y, use_reentrant=False)
+                        for h, y in zip(rows.split(CE_CHUNK_ROWS), labels.flatten().split(CE_CHUNK_ROWS), strict=True))
+            return total / labels.numel()
         if self.lm_head_tokens == "text":
             logits = self.vlm.lm_head(hidden.index_select(1, self.text_positions))
         else:
@@ -146,3 +157,6 @@ class WallXModel(nn.Module):
             labels = torch.full(logits.shape[:2], -100, dtype=labels.dtype, device=labels.device).index_copy(
                 1, self.text_positions, labels)
         return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+    def _chunk_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.vlm.lm_head(hidden).float(), labels, reduction="sum")

@@ -32,8 +32,9 @@ class WallX(TrainingWorkload):
         "vision_attention": Choice(("sdpa", "eager", "flash"),
                                    "vision tower windowed attention: sdpa/eager issue one call per window "
                                    "(host sync per layer); flash packs all windows into one varlen call"),
-        "lm_head": Choice(("all", "text"),
-                          "all: lm_head over every token, as the official step; text: over the text tokens only"),
+        "lm_head": Choice(("all", "text", "chunked"),
+                          "all: lm_head over every token, as the official step; text: over the text tokens only; "
+                          "chunked: text tokens, 1024 rows at a time, fp32 logits recomputed in backward"),
         **VIDEO_KNOBS,
     }
     params = {"preset": "wallx-3b", "action_horizon": 32, "layers": None, **VIDEO_PARAMS}

@@ -2,7 +2,9 @@
 error is one line and exit code 2; exit codes a CI script can use."""
 
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +126,12 @@ steps: {{warmup: 1, measure: 2}}
     assert len(traces) == 1
     bad = run(["profile", str(suite), "--point", "nope", "--results", str(tmp_path / "res")], cli_env, in_repo)
     assert bad.returncode == 2 and "no point labelled 'nope'" in bad.stderr
+
+
+def test_the_peak_flops_override_reaches_the_report(tmp_path, monkeypatch):
+    run = tmp_path / "fixture-train" / "r1"
+    run.mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "fixtures" / "train_records.jsonl", run / "records.jsonl")
+    monkeypatch.setenv("BENCHBAY_PEAK_TFLOPS", "500")
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 0
+    assert "NVIDIA H200: 500 TFLOP/s (override)" in (tmp_path / "rep" / "report.md").read_text()

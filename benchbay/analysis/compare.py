@@ -40,6 +40,7 @@ import pandas as pd
 from benchbay.analysis.frame import knob_columns, param_columns
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import bootstrap_ratio, coefficient_of_variation, mann_whitney_floor, mann_whitney_p
+from benchbay.record import Status
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ def metric_samples(row: pd.Series | dict, metric: Metric) -> np.ndarray:
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows[rows["status"] == "ok"] if "status" in rows else rows
+    return rows[rows["status"] == Status.OK] if "status" in rows else rows
 
 
 def _recorded(point: MatchedPoint, metric: Metric) -> bool:

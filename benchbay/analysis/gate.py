@@ -37,6 +37,7 @@ from benchbay.analysis.compare import (
     point_caution,
 )
 from benchbay.analysis.thresholds import Threshold, parse_threshold, value_matches
+from benchbay.record import Status
 
 DEFAULT_THRESHOLDS = ("step_time:median:5%",)
 _MAX_TABLE_ROWS = 20  # a CI summary should stay short
@@ -193,7 +194,7 @@ def format_no_baseline(machine_key: str, name: str | None, where: str | Path, re
 
 
 def _loss_curve(df: pd.DataFrame, label: str, where: Mapping[str, Any] | None) -> np.ndarray:
-    rows = df[(df["label"] == label) & (df["status"] == "ok")]
+    rows = df[(df["label"] == label) & (df["status"] == Status.OK)]
     for key, wanted in (where or {}).items():
         rows = rows[rows[key].map(lambda v: value_matches(v, str(wanted)))]
     if rows.empty:

@@ -10,6 +10,7 @@ import pytest
 
 from benchbay import store
 from benchbay.cli import main
+from benchbay.record import Record, Status
 from tests.conftest import TINY, benchbay_cmd, write_suite
 
 
@@ -83,10 +84,9 @@ def test_help_is_for_users():
 @pytest.fixture
 def one_run(tmp_path):
     run = store.run_dir(tmp_path / "res", "tiny", "r1")
-    store.append_record(run, {"schema": 1, "suite": "tiny", "run_id": "r1", "point_id": "p", "label": "a",
-                              "repeat": 0, "workload": "w", "params": {}, "knobs": {"mbs": 1}, "status": "ok",
-                              "metrics": {"step_time_s": 0.1}, "series": {"step_times_s": [0.1, 0.11, 0.1]},
-                              "env": {"machine_key": "cpu-x"}})
+    store.append_record(run, Record(suite="tiny", run_id="r1", point_id="p", label="a", workload="w", knobs={"mbs": 1},
+                                    status=Status.OK, metrics={"step_time_s": 0.1},
+                                    series={"step_times_s": [0.1, 0.11, 0.1]}, env={"machine_key": "cpu-x"}))
     store.write_manifest(run, {"suite": "tiny", "env": {"machine_key": "cpu-x"}})
     return tmp_path / "res"
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import knob_columns, param_columns
 from benchbay.analysis.stats import bootstrap_ratio
 from benchbay.record import Status
@@ -30,7 +31,6 @@ from benchbay.record import Status
 BEST_PREFIX = "best-"
 _CHANGE_COLUMNS = ("step_change", "step_change_low", "step_change_high",
                    "throughput_change", "throughput_change_low", "throughput_change_high", "verdict")
-NOT_SIGNIFICANT = "not significant"
 
 
 def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95) -> dict[str, Any]:
@@ -54,11 +54,11 @@ def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95) ->
     return out
 
 
-def _verdict(low: float, high: float) -> str:
+def _verdict(low: float, high: float) -> Verdict:
     """faster / slower when the throughput interval lies on one side of no change."""
     if not (np.isfinite(low) and np.isfinite(high)):
-        return "no interval"
-    return "faster" if low > 0 else "slower" if high < 0 else NOT_SIGNIFICANT
+        return Verdict.NO_INTERVAL
+    return Verdict.FASTER if low > 0 else Verdict.SLOWER if high < 0 else Verdict.NOT_SIGNIFICANT
 
 
 def knob_changes(base: pd.Series, cand: pd.Series, columns: Sequence[str]) -> str:

@@ -31,7 +31,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,20 @@ from benchbay.analysis.stats import bootstrap_ratio, coefficient_of_variation, m
 from benchbay.record import Status
 
 
+class Verdict(StrEnum):
+    """What a comparison says of a change (the module docstring says when each is given)."""
+
+    FASTER = "faster"
+    SLOWER = "slower"
+    LESS_MEMORY = "less memory"
+    MORE_MEMORY = "more memory"
+    NO_CHANGE = "no change"
+    NOT_SIGNIFICANT = "not significant"
+    FAILED = "failed"
+    NOT_COMPARABLE = "not comparable"
+    NO_INTERVAL = "no interval"  # the optimisation breakdown, where a side has no per-step samples
+
+
 @dataclass(frozen=True)
 class Metric:
     """A figure the comparison and the threshold grammar know by ``name``."""
@@ -51,23 +66,43 @@ class Metric:
     column: str  # the flattened record column
     higher_is_better: bool
     per_step: bool  # samples derive from the steady per-step times
-    better: str  # verdict words
-    worse: str
+    better: Verdict
+    worse: Verdict
 
 
+_TIME, _MEMORY = (Verdict.FASTER, Verdict.SLOWER), (Verdict.LESS_MEMORY, Verdict.MORE_MEMORY)
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("step_time", "step_time_s", False, True, "faster", "slower"),
-        Metric("samples_per_s", "samples_per_s", True, True, "faster", "slower"),
-        Metric("samples_per_s_per_gpu", "samples_per_s_per_gpu", True, True, "faster", "slower"),
-        Metric("mfu", "mfu", True, True, "faster", "slower"),
-        Metric("peak_mem", "peak_mem_allocated_gib", False, False, "less memory", "more memory"),
-        Metric("peak_mem_reserved", "peak_mem_reserved_gib", False, False, "less memory", "more memory"),
+        Metric("step_time", "step_time_s", False, True, *_TIME),
+        Metric("samples_per_s", "samples_per_s", True, True, *_TIME),
+        Metric("samples_per_s_per_gpu", "samples_per_s_per_gpu", True, True, *_TIME),
+        Metric("mfu", "mfu", True, True, *_TIME),
+        Metric("peak_mem", "peak_mem_allocated_gib", False, False, *_MEMORY),
+        Metric("peak_mem_reserved", "peak_mem_reserved_gib", False, False, *_MEMORY),
     )
 }
 DEFAULT_METRICS = ("step_time", "samples_per_s_per_gpu", "peak_mem", "mfu")
-NOT_SIGNIFICANT = "not significant"
+#: verdicts that say nothing changed (or nothing can be said)
+UNCHANGED = (Verdict.NO_CHANGE, Verdict.NOT_SIGNIFICANT)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One metric of one matched point: candidate against baseline, and the verdict."""
+
+    metric: str
+    statistic: str
+    baseline: float = math.nan  # the statistic over all baseline samples pooled
+    candidate: float = math.nan
+    ratio: float = math.nan  # candidate / baseline
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_value: float = math.nan
+    worse_by: float = math.nan  # the relative change in the bad direction (positive = regression)
+    verdict: Verdict = Verdict.NOT_COMPARABLE
+    regression: bool = False
+    reason: str | None = None
 
 #: environment fields that make two measurements incomparable when they differ
 ENV_KEYS = ("gpu", "driver", "cuda", "torch")
@@ -235,40 +270,31 @@ def compare_metric(
     alpha: float = 0.05,
     n_boot: int = 2000,
     seed: int = 0,
-) -> dict[str, Any]:
-    """Compare one metric of one matched point; see the module docstring for the verdicts.
+) -> Comparison:
+    """Compare one metric of one matched point; see the module docstring for the verdicts."""
 
-    ``worse_by`` is the relative change in the bad direction (positive = regression).
-    """
-    out: dict[str, Any] = {
-        "metric": metric.name, "statistic": statistic, "baseline": np.nan, "candidate": np.nan,
-        "ratio": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan, "worse_by": np.nan,
-        "verdict": "not comparable", "regression": False, "reason": None,
-    }
+    def incomparable(reason: str) -> Comparison:
+        return Comparison(metric.name, statistic, reason=reason)
+
     if point.baseline.empty or point.candidate.empty:
-        out["reason"] = "only in " + ("candidate" if point.baseline.empty else "baseline")
-        return out
+        return incomparable("only in " + ("candidate" if point.baseline.empty else "baseline"))
     differences = env_differences(point.baseline, point.candidate)
     if differences:
-        out["reason"] = "environment differs: " + "; ".join(differences)
-        return out
+        return incomparable("environment differs: " + "; ".join(differences))
     base_ok, cand_ok = _ok(point.baseline), _ok(point.candidate)
     if base_ok.empty:
-        out["reason"] = f"baseline status {_statuses(point.baseline)}"
-        return out
+        return incomparable(f"baseline status {_statuses(point.baseline)}")
     if cand_ok.empty:
-        out.update(verdict="failed", regression=True, reason=f"candidate status {_statuses(point.candidate)}")
-        return out
+        return Comparison(metric.name, statistic, verdict=Verdict.FAILED, regression=True,
+                          reason=f"candidate status {_statuses(point.candidate)}")
     base = [s for s in (metric_samples(r, metric) for _, r in base_ok.iterrows()) if s.size]
     cand = [s for s in (metric_samples(r, metric) for _, r in cand_ok.iterrows()) if s.size]
     if not base or not cand:
-        out["reason"] = f"no {metric.column} in " + ("baseline" if not base else "candidate")
-        return out
+        return incomparable(f"no {metric.column} in " + ("baseline" if not base else "candidate"))
     try:
         estimate = bootstrap_ratio(base, cand, statistic=statistic, confidence=confidence, n_boot=n_boot, seed=seed)
     except ZeroDivisionError as err:
-        out["reason"] = str(err)
-        return out
+        return incomparable(str(err))
     pooled_base, pooled_cand = np.concatenate(base), np.concatenate(cand)
     p_value = mann_whitney_p(pooled_base, pooled_cand)
     worse_by = (1.0 - estimate.ratio) if metric.higher_is_better else (estimate.ratio - 1.0)
@@ -276,15 +302,11 @@ def compare_metric(
     test_can_reject = mann_whitney_floor(pooled_base.size, pooled_cand.size) < alpha
     real = estimate.excludes_one and (not test_can_reject or p_value < alpha)
     within = 1.0 - min_change <= estimate.low and estimate.high <= 1.0 + min_change
-    verdict = "no change" if real or within else NOT_SIGNIFICANT
+    verdict = Verdict.NO_CHANGE if real or within else Verdict.NOT_SIGNIFICANT
     if real and abs(estimate.ratio - 1.0) >= min_change:
         verdict = metric.worse if worse_by > 0 else metric.better
-    out.update(
-        baseline=estimate.baseline, candidate=estimate.candidate, ratio=estimate.ratio, ci_low=estimate.low,
-        ci_high=estimate.high, p_value=p_value, worse_by=worse_by, verdict=verdict,
-        regression=verdict == metric.worse,
-    )
-    return out
+    return Comparison(metric.name, statistic, estimate.baseline, estimate.candidate, estimate.ratio, estimate.low,
+                      estimate.high, p_value, worse_by, verdict, regression=verdict == metric.worse)
 
 
 def point_caution(point: MatchedPoint) -> str:
@@ -345,7 +367,7 @@ def compare(
                 continue  # a figure neither side has (e.g. MFU on CPU); the first metric always shows
             result = compare_metric(point, metric, statistic=statistic, min_change=min_change,
                                     confidence=confidence, alpha=alpha, n_boot=n_boot, seed=seed)
-            rows.append({"point": name, "label": point.label, **point.key, **result, "caution": caution})
+            rows.append({"point": name, "label": point.label, **point.key, **asdict(result), "caution": caution})
     return pd.DataFrame(rows)
 
 
@@ -383,7 +405,7 @@ def format_compare(table: pd.DataFrame, *, only_changes: bool = False) -> str:
     if table.empty:
         return "No points to compare."
     if only_changes:
-        table = table[~table["verdict"].isin(["no change", NOT_SIGNIFICANT])]
+        table = table[~table["verdict"].isin(UNCHANGED)]
         if table.empty:
             return "No changes."
     rows = [

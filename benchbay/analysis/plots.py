@@ -16,13 +16,14 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from benchbay.analysis.compare import Verdict
 from benchbay.analysis.tables import configurations, device_word
 from benchbay.record import Status
 
 DPI = 110
 FAILED_STYLE = {"oom": ("x", "tab:red"), "other": ("^", "black")}
 #: a waterfall bar's colour by its verdict (``benchbay.analysis.breakdown``); anything else is grey
-VERDICT_COLORS = {"faster": "tab:green", "slower": "tab:red"}
+VERDICT_COLORS = {Verdict.FASTER: "tab:green", Verdict.SLOWER: "tab:red"}
 NOT_SIGNIFICANT_COLOR = "lightgray"
 MIN_CPU_SAMPLES = 3  # fewer samples draw no course over time
 #: per-view decode latency in seconds (``benchbay.decode.measure.latency_summary`` via ``extra``)

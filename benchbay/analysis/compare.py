@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchbay.analysis.frame import knob_columns, param_columns
+from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import bootstrap_ratio, coefficient_of_variation, mann_whitney_floor, mann_whitney_p
+from benchbay.markdown import markdown_table
 from benchbay.record import Status
 
 
@@ -121,13 +122,9 @@ _RECORD_FIELDS = frozenset(
 _NON_KNOB_PREFIXES = ("env.", "extra.", "health.", "param.", "metrics.", "series.", "rank")
 
 
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
 def _canonical(value: Any) -> str:
     """One spelling per value, so that 32, 32.0 and "32" from different loaders match."""
-    if _is_missing(value):
+    if is_missing(value):
         return "null"
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
@@ -227,8 +224,8 @@ def steady_step_times(row: pd.Series | dict) -> np.ndarray:
         return np.empty(0)
     warmup = row.get("warmup_steps")
     measured = row.get("measured_steps")
-    start = 0 if _is_missing(warmup) else int(warmup)
-    stop = None if _is_missing(measured) else start + int(measured)
+    start = 0 if is_missing(warmup) else int(warmup)
+    stop = None if is_missing(measured) else start + int(measured)
     values = np.asarray(times[start:stop], dtype=float)
     return values[np.isfinite(values)]
 
@@ -242,9 +239,9 @@ def metric_samples(row: pd.Series | dict, metric: Metric) -> np.ndarray:
         if steps.size and metric.column == "step_time_s":
             return steps
         step_time = row.get("step_time_s")
-        if steps.size and not _is_missing(value) and not _is_missing(step_time) and (steps > 0).all():
+        if steps.size and not is_missing(value) and not is_missing(step_time) and (steps > 0).all():
             return float(value) * float(step_time) / steps
-    return np.empty(0) if _is_missing(value) else np.array([float(value)])
+    return np.empty(0) if is_missing(value) else np.array([float(value)])
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:
@@ -371,29 +368,18 @@ def compare(
     return pd.DataFrame(rows)
 
 
-def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A GitHub-flavoured Markdown table (pipes in cells escaped)."""
-
-    def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def format_note(*texts: Any) -> str:
     """The non-empty texts (a reason, a caution) joined."""
-    return "; ".join(str(t) for t in texts if not _is_missing(t) and str(t))
+    return "; ".join(str(t) for t in texts if not is_missing(t) and str(t))
 
 
 def format_value(value: Any) -> str:
-    return "-" if _is_missing(value) else f"{value:.4g}"
+    return "-" if is_missing(value) else f"{value:.4g}"
 
 
 def format_ratio(row: pd.Series | dict) -> str:
     """``1.103 [1.095, 1.111]``, or ``-`` when there is no ratio."""
-    if _is_missing(row["ratio"]):
+    if is_missing(row["ratio"]):
         return "-"
     if row["ci_low"] == row["ci_high"]:
         return f"{row['ratio']:.3f}"

@@ -32,11 +32,11 @@ from benchbay.analysis.compare import (
     format_note,
     format_ratio,
     format_value,
-    markdown_table,
     match_points,
     point_caution,
 )
 from benchbay.analysis.thresholds import Threshold, parse_threshold, value_matches
+from benchbay.markdown import markdown_table
 from benchbay.record import Status
 
 DEFAULT_THRESHOLDS = ("step_time:median:5%",)

@@ -3,12 +3,14 @@ GPU's utilisation, power and clocks (NVML), at a fixed interval during the measu
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
 
 import psutil
 
+from benchbay.analysis.stats import coefficient_of_variation
 from benchbay.collect import nvml
 
 
@@ -64,8 +66,8 @@ class SystemSampler:
     def summary(self) -> dict[str, float | None]:
         util = self.series["cpu_util"]
         mean = statistics.fmean(util) if util else None
-        out = {"cpu_util_mean": mean,
-               "cpu_util_cv": statistics.pstdev(util) / mean if util and mean else None}
+        cv = coefficient_of_variation(util)
+        out = {"cpu_util_mean": mean, "cpu_util_cv": None if math.isnan(cv) else cv}
         for key in ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz"):
             values = self.series.get(key)
             out[f"{key}_mean"] = statistics.fmean(values) if values else None

@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from benchbay.record import Status
+
 if TYPE_CHECKING:  # pandas loads lazily: `benchbay --help` and `validate` stay quick
     import pandas as pd
 
@@ -39,7 +41,8 @@ examples:
 exit codes: 0 done; 1 a point failed (run) or a regression (gate); 2 bad input; 130 interrupted.
 Bad input is said in one line; set BENCHBAY_TRACEBACK=1 for the traceback behind it."""
 
-_STATUS_STYLE = {"ok": "green", "skipped": "dim", "": ""}  # any other status (a failure): bold red
+#: any other status (a failure, or repeats that disagree) is bold red
+_STATUS_STYLE = {Status.OK: "green", Status.SKIPPED: "dim", "": ""}
 _NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?[x%]?$")
 #: what bad input raises (an unknown run, suite, metric or file; a malformed value): one line, exit 2
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError)

@@ -10,6 +10,7 @@ import submitit
 from benchbay import knobs as knob_table
 from benchbay.launch import process
 from benchbay.launch.base import Launch, PointSpec
+from benchbay.launch.local import LocalLauncher
 from benchbay.launch.process import Finished
 from benchbay.launch.slurm import SlurmLauncher, _combine, job_parameters, node_launch, run_point_submitit
 from benchbay.suite import Steps
@@ -77,3 +78,14 @@ def test_a_multi_node_point_asks_for_one_task_per_node_and_merges_every_node(tmp
     lost = process.merge(_combine([Finished(ranks(0, 1.0), 0, False, "a"), Finished([], -9, False, "b")]),
                          timeout=900, world_size=16)
     assert lost.status == "crash" and lost.metrics["signal"] == "SIGKILL"
+
+
+def test_each_launcher_says_where_points_run_and_where_their_files_go(tmp_path):
+    local, slurm = LocalLauncher(), SlurmLauncher()
+    assert local.device("cpu") == "cpu" and local.device("auto") in ("cpu", "cuda")
+    assert slurm.device("auto") == "cuda"  # a login node's own devices say nothing of the job's node
+    with local.scratch(tmp_path / "run") as scratch:
+        assert scratch.is_dir() and tmp_path not in scratch.parents
+    assert not scratch.exists()  # the records keep what matters
+    with slurm.scratch(tmp_path / "run") as scratch:
+        assert scratch == tmp_path / "run" / "scratch"  # beside the run, where the nodes see it

@@ -21,7 +21,7 @@ from benchbay.analysis.tables import configurations, device_word
 from benchbay.record import Status
 
 DPI = 110
-FAILED_STYLE = {"oom": ("x", "tab:red"), "other": ("^", "black")}
+FAILED_STYLE = {Status.OOM: ("x", "tab:red"), "other": ("^", "black")}
 #: a waterfall bar's colour by its verdict (``benchbay.analysis.breakdown``); anything else is grey
 VERDICT_COLORS = {Verdict.FASTER: "tab:green", Verdict.SLOWER: "tab:red"}
 NOT_SIGNIFICANT_COLOR = "lightgray"
@@ -58,8 +58,7 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
         ax_rate.plot(ok[knob], ok["samples_per_s_per_gpu"], "o-", color=color, label=name)
         ax_mem.plot(ok[knob], ok[memory], "o-", color=color, label=name)
         for _, failed in points[points["status"] != Status.OK].iterrows():
-            kind = "oom" if failed["status"] == Status.OOM else "other"
-            marker, mcolor = FAILED_STYLE[kind]
+            marker, mcolor = FAILED_STYLE.get(failed["status"], FAILED_STYLE["other"])
             ax_rate.plot(failed[knob], 0, marker, color=mcolor, markersize=10, mew=2)
             ax_mem.plot(failed[knob], limit if np.isfinite(limit) else 0, marker, color=mcolor, markersize=10, mew=2)
             ax_rate.annotate(failed["status"], (failed[knob], 0), textcoords="offset points", xytext=(0, 8),

@@ -74,10 +74,6 @@ class GateResult:
     def exit_code(self) -> int:
         return 0 if self.passed else 1
 
-    @property
-    def failures(self) -> pd.DataFrame:
-        return self.checks[~self.checks["passed"]] if len(self.checks) else self.checks
-
 
 def _representative_row(rows: pd.DataFrame) -> Mapping[str, Any]:
     return rows.iloc[0].to_dict() if len(rows) else {}

@@ -16,6 +16,8 @@ from benchbay.launch.base import DeviceType, Launch, Outcome, PointSpec
 
 @dataclass(frozen=True)
 class LocalLauncher:
+    """Each point on this machine, watched by a ``HealthCheck`` (its record's ``health``)."""
+
     launch: Launch = field(default_factory=Launch)
 
     def device(self, requested: str) -> DeviceType:

@@ -44,6 +44,8 @@ JOB_STATES = {"TIMEOUT": Status.TIMEOUT, "DEADLINE": Status.TIMEOUT, "OUT_OF_MEM
 
 @dataclass(frozen=True)
 class SlurmLauncher:
+    """Each point a Slurm job (of ``launch.nnodes`` nodes), submitted and waited for."""
+
     launch: Launch = field(default_factory=Launch)
     params: dict[str, Any] = field(default_factory=dict)  # submitit's (module docstring)
 

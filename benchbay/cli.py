@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from benchbay.record import Status
+
 if TYPE_CHECKING:  # pandas loads lazily: `benchbay --help` and `validate` stay quick
     import pandas as pd
 
@@ -39,10 +41,19 @@ examples:
 exit codes: 0 done; 1 a point failed (run) or a regression (gate); 2 bad input; 130 interrupted.
 Bad input is said in one line; set BENCHBAY_TRACEBACK=1 for the traceback behind it."""
 
-_STATUS_STYLE = {"ok": "green", "skipped": "dim", "": ""}
+#: any other status (a failure, or repeats that disagree) is bold red
+_STATUS_STYLE = {Status.OK: "green", Status.SKIPPED: "dim", "": ""}
 _NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?[x%]?$")
 #: what bad input raises (an unknown run, suite, metric or file; a malformed value): one line, exit 2
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError)
+#: the MFU denominator (TFLOP/s) for every point, e.g. for fp32 points or a device benchbay does not list
+PEAK_ENV_VAR = "BENCHBAY_PEAK_TFLOPS"
+
+
+def _peak_flops() -> float | None:
+    """The peak FLOP/s forced by ``BENCHBAY_PEAK_TFLOPS``, else None (each device's own)."""
+    tflops = os.environ.get(PEAK_ENV_VAR)
+    return float(tflops) * 1e12 if tflops else None
 
 
 def _print_table(frame: pd.DataFrame, title: str) -> None:
@@ -85,15 +96,29 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def _launcher(args, suite):
+    """Where the points run: this machine, or Slurm jobs (``--executor``)."""
+    from benchbay.launch.base import Launch
+    from benchbay.suite import parse_scalar
+
+    launch = Launch.of(suite.devices)
+    if args.executor == "slurm":
+        from benchbay.launch.slurm import SlurmLauncher
+
+        params = {k: parse_scalar(v) for k, _, v in (x.partition("=") for x in args.executor_param)}
+        return SlurmLauncher(launch, params)
+    from benchbay.launch.local import LocalLauncher
+
+    return LocalLauncher(launch)
+
+
 def cmd_run(args) -> int:
     from benchbay.runner import SuiteRunner
-    from benchbay.suite import parse_scalar
 
     suite = _suite(args)
     resume = True if args.resume == "latest" else (args.resume or False)  # True: the latest run
-    params = {k: parse_scalar(v) for k, _, v in (x.partition("=") for x in args.executor_param)}
-    runner = SuiteRunner(suite, args.results, resume=resume, executor=args.executor, executor_params=params,
-                         labels=args.point)
+    runner = SuiteRunner(suite, args.results, resume=resume, launcher=_launcher(args, suite), labels=args.point,
+                         peak_flops=_peak_flops())
     summary = runner.run_all()
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing new"
     console.print(f"results: {summary.run} ({counts})")
@@ -107,7 +132,8 @@ def cmd_run(args) -> int:
         from benchbay.store import load_runs
 
         out = Path(args.report_dir or Path("reports") / suite.name)
-        path = build_report(load_runs([summary.run]), out, title=suite.name, suite_meta=suite.raw)
+        path = build_report(load_runs([summary.run]), out, title=suite.name, suite_meta=suite.raw,
+                            peak_flops=_peak_flops())
         console.print(f"report: {path}")
     if not summary.failed:
         return 0
@@ -121,7 +147,7 @@ def cmd_run(args) -> int:
 def cmd_profile(args) -> int:
     from benchbay.profiling import profile_points
 
-    run = profile_points(_suite(args), args.point, args.results)
+    run = profile_points(_suite(args), args.point, args.results, peak_flops=_peak_flops())
     console.print(f"profiles: {run / 'profiles'} (records: {run})")
     return 0
 
@@ -157,7 +183,7 @@ def cmd_show(args) -> int:
     from benchbay.store import export, load_runs
 
     df = load_runs(args.runs, args.results)
-    for suite, points in point_summary(df).groupby("suite", sort=False):
+    for suite, points in point_summary(df, _peak_flops()).groupby("suite", sort=False):
         runs = ", ".join(sorted(df.loc[df.suite == suite, "run_id"].unique()))
         for workload, group in points.groupby("workload", sort=False):
             table = display(sweep_table(group, KEY_COLUMNS), per=device_word(group))
@@ -194,7 +220,7 @@ def cmd_report(args) -> int:
     metas = _suite_metas(runs)
     title = args.title or ", ".join(sorted(metas)) or "benchbay report"
     out = Path(args.out or Path("reports") / (list(metas)[0] if len(metas) == 1 else "combined"))
-    path = build_report(load_runs(runs), out, title=title, suite_meta=metas)
+    path = build_report(load_runs(runs), out, title=title, suite_meta=metas, peak_flops=_peak_flops())
     console.print(f"report: {path} (and {path.with_suffix('.md')})")
     return 0
 

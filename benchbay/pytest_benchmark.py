@@ -32,6 +32,7 @@ from pytest_benchmark.stats import Stats
 from benchbay import store
 from benchbay.analysis.compare import describe_points, first_label, point_groups, point_key_columns, steady_step_times
 from benchbay.analysis.frame import records_to_frame
+from benchbay.record import Record, Status
 
 WORKLOAD = "pytest-benchmark"
 # benchbay metrics worth carrying into an export's extra_info
@@ -65,7 +66,7 @@ def _env(machine_info: dict[str, Any], commit_info: dict[str, Any]) -> dict[str,
     }
 
 
-def _record(bench: dict[str, Any], suite: str, run_id: str, env: dict[str, Any], started_at: str) -> dict[str, Any]:
+def _record(bench: dict[str, Any], suite: str, run_id: str, env: dict[str, Any], started_at: str) -> Record:
     stats = dict(bench["stats"])
     data = [float(x) for x in stats.pop("data", None) or []]
     params = {"fullname": bench.get("fullname") or bench["name"]}
@@ -81,14 +82,13 @@ def _record(bench: dict[str, Any], suite: str, run_id: str, env: dict[str, Any],
         "samples_per_step": 1, "samples_per_s": 1.0 / median if median else None,
     }
     kept = {key: bench.get(key) for key in ("name", "fullname", "group", "param", "params", "options", "extra_info")}
-    return {
-        "schema": 1, "suite": suite, "run_id": run_id, "point_id": store.point_id(WORKLOAD, params, knobs),
-        "label": bench["name"], "repeat": 0, "workload": WORKLOAD, "params": params, "knobs": knobs,
-        "status": "ok", "reason": None, "metrics": metrics,
-        "series": {"step_times_s": data, "losses": []},
-        "extra": {"pytest_benchmark": {**kept, "iterations": stats.get("iterations", 1), "stats": stats}},
-        "world_size": 1, "ranks": [], "env": env, "started_at": started_at, "duration_s": stats.get("total"),
-    }
+    return Record(
+        suite=suite, run_id=run_id, point_id=store.point_id(WORKLOAD, params, knobs), label=bench["name"],
+        workload=WORKLOAD, params=params, knobs=knobs, status=Status.OK, metrics=metrics,
+        series={"step_times_s": data, "losses": []},
+        extra={"pytest_benchmark": {**kept, "iterations": stats.get("iterations", 1), "stats": stats}},
+        env=env, started_at=started_at, duration_s=stats.get("total"),
+    )
 
 
 def import_pytest_benchmark(json_path: str | Path, results_root: str | Path = "results", *,
@@ -192,7 +192,7 @@ def export_pytest_benchmark(source: pd.DataFrame | str | Path, out_path: str | P
     else:
         manifest = store.read_manifest(Path(source))
         df = records_to_frame(store.read_records(Path(source)))
-    ok = df[df["status"] == "ok"] if "status" in df else df
+    ok = df[df["status"] == Status.OK] if "status" in df else df
     if ok.empty:
         raise ValueError("no ok points to export")
     keys = point_key_columns(ok)

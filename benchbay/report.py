@@ -39,6 +39,8 @@ from benchbay.analysis.tables import (
     point_summary,
     sweep_table,
 )
+from benchbay.markdown import markdown_table
+from benchbay.record import Status
 
 ENV_COLUMNS = ("env.machine_key", "env.gpu", "env.gpu_count", "env.driver", "env.cuda", "env.torch", "env.git_commit")
 TOP_OPS = 10
@@ -371,7 +373,7 @@ def _suite_blocks(points: pd.DataFrame, meta: Mapping, out_dir: Path, peak_flops
 # --- rendering -----------------------------------------------------------------------------------
 def _status_class(value: str) -> str:
     """``ok``, ``mixed`` (repeats disagree) or the failing status itself (``oom``, ``crash``...)."""
-    if value in ("", "ok"):
+    if value in ("", Status.OK):
         return "ok"
     return "mixed" if "," in value else re.sub(r"[^a-z]", "", value.lower()) or "other"
 
@@ -388,18 +390,16 @@ def _markdown(blocks: list[Block]) -> str:
         elif isinstance(block, Table):
             if block.caption:
                 lines += [f"*{block.caption}*", ""]
-            lines += _markdown_table(block.frame) + [""]
+            lines += [_markdown_table(block.frame), ""]
     return "\n".join(lines)
 
 
-def _markdown_table(frame: pd.DataFrame) -> list[str]:
+def _markdown_table(frame: pd.DataFrame) -> str:
     def cell(column: str, value: str) -> str:
-        value = value.replace("|", "\\|")
-        return f"**{value.upper()}**" if column == "status" and value and value != "ok" else value
+        return f"**{value.upper()}**" if column == "status" and value and value != Status.OK else value
 
-    rows = [" | ".join(cell(c, v) for c, v in zip(frame.columns, row, strict=True))
-            for row in frame.itertuples(index=False)]
-    return ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)] + [f"| {r} |" for r in rows]
+    rows = [[cell(c, v) for c, v in zip(frame.columns, row, strict=True)] for row in frame.itertuples(index=False)]
+    return markdown_table(frame.columns, rows)
 
 
 _CSS = """

@@ -16,6 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from benchbay.record import Record
+
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"
 
@@ -36,10 +38,10 @@ def run_dir(root: str | Path, suite: str, run_id: str) -> Path:
     return Path(root) / suite / run_id
 
 
-def append_record(run: Path, record: dict[str, Any]) -> None:
+def append_record(run: Path, record: Record) -> None:
     """One line, flushed and fsynced: a crash or Ctrl-C loses nothing already appended."""
     run.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record, default=str, allow_nan=True) + "\n").encode()
+    line = (json.dumps(record.to_json(), default=str, allow_nan=True) + "\n").encode()
     with open(run / RECORDS, "ab+") as f:
         if f.tell() > 0:
             f.seek(-1, os.SEEK_END)
@@ -66,7 +68,8 @@ def read_manifest(run: Path) -> dict[str, Any]:
 
 
 def read_records(run: Path) -> list[dict[str, Any]]:
-    """Every complete record of a run (a torn last line from a hard kill is skipped)."""
+    """Every complete record of a run as stored (the JSON of ``Record``, or of older runs); a torn
+    last line from a hard kill is skipped."""
     path = Path(run) / RECORDS
     if not path.exists():
         return []

@@ -8,7 +8,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -56,12 +56,12 @@ class Steps:
     warmup: int = 3
     measure: int = 10
     #: 'all' = every measured step; 'auto' = from where step times stop trending; [a, b) = step indices
-    steady: str | tuple[int, int] = "all"
+    steady: Literal["all", "auto"] | tuple[int, int] = "all"
 
 
 @dataclass(frozen=True)
 class Devices:
-    type: str = "auto"  # auto | cpu | cuda
+    type: Literal["auto", "cpu", "cuda"] = "auto"
     nproc: int = 1
     nnodes: int = 1
     node_rank: int = 0

@@ -2,12 +2,15 @@
 error is one line and exit code 2; exit codes a CI script can use."""
 
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from benchbay import store
 from benchbay.cli import main
+from benchbay.record import Record, Status
 from tests.conftest import TINY, benchbay_cmd, write_suite
 
 
@@ -81,10 +84,9 @@ def test_help_is_for_users():
 @pytest.fixture
 def one_run(tmp_path):
     run = store.run_dir(tmp_path / "res", "tiny", "r1")
-    store.append_record(run, {"schema": 1, "suite": "tiny", "run_id": "r1", "point_id": "p", "label": "a",
-                              "repeat": 0, "workload": "w", "params": {}, "knobs": {"mbs": 1}, "status": "ok",
-                              "metrics": {"step_time_s": 0.1}, "series": {"step_times_s": [0.1, 0.11, 0.1]},
-                              "env": {"machine_key": "cpu-x"}})
+    store.append_record(run, Record(suite="tiny", run_id="r1", point_id="p", label="a", workload="w", knobs={"mbs": 1},
+                                    status=Status.OK, metrics={"step_time_s": 0.1},
+                                    series={"step_times_s": [0.1, 0.11, 0.1]}, env={"machine_key": "cpu-x"}))
     store.write_manifest(run, {"suite": "tiny", "env": {"machine_key": "cpu-x"}})
     return tmp_path / "res"
 
@@ -124,3 +126,12 @@ steps: {{warmup: 1, measure: 2}}
     assert len(traces) == 1
     bad = run(["profile", str(suite), "--point", "nope", "--results", str(tmp_path / "res")], cli_env, in_repo)
     assert bad.returncode == 2 and "no point labelled 'nope'" in bad.stderr
+
+
+def test_the_peak_flops_override_reaches_the_report(tmp_path, monkeypatch):
+    run = tmp_path / "fixture-train" / "r1"
+    run.mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "fixtures" / "train_records.jsonl", run / "records.jsonl")
+    monkeypatch.setenv("BENCHBAY_PEAK_TFLOPS", "500")
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 0
+    assert "NVIDIA H200: 500 TFLOP/s (override)" in (tmp_path / "rep" / "report.md").read_text()

@@ -168,9 +168,9 @@ def _rank(rank: int, status: str = "ok", step: float | None = 1.0, **extra) -> d
 def test_merge_keeps_the_slowest_rank_the_spread_and_every_rank():
     out = merge(Finished([_rank(0, step=1.0), _rank(1, step=1.2), _rank(2, step=1.1), _rank(3, step=0.9)],
                          0, False, ""), timeout=60, world_size=4)
-    assert out["status"] == "ok" and out["rank"] == 1 and out["metrics"]["step_time_s"] == 1.2
-    assert out["metrics"]["step_time_rank_spread"] == pytest.approx((1.2 - 0.9) / 1.05)
-    assert [(r["rank"], r["step_time_s"], r["peak_mem_allocated_gib"]) for r in out["ranks"]] == \
+    assert out.status == "ok" and out.metrics["step_time_s"] == 1.2  # rank 1
+    assert out.metrics["step_time_rank_spread"] == pytest.approx((1.2 - 0.9) / 1.05)
+    assert [(r["rank"], r["step_time_s"], r["peak_mem_allocated_gib"]) for r in out.ranks] == \
         [(0, 1.0, 2.0), (1, 1.2, 3.0), (2, 1.1, 4.0), (3, 0.9, 5.0)]
 
 
@@ -208,26 +208,26 @@ Root Cause (first observed failure):
 
 def test_merge_blames_the_first_rank_to_fail_when_it_left_no_result():
     out = merge(Finished([_rank(0, "error")], 1, False, TORCHRUN_SUMMARY), timeout=60, world_size=2)
-    assert out["status"] == "crash" and out["reason"] == "rank 1 killed by SIGSEGV (the first rank to fail)"
-    assert out["metrics"]["signal"] == "SIGSEGV" and out["ranks"][0]["reason"] == "error here"
+    assert out.status == "crash" and out.reason == "rank 1 killed by SIGSEGV (the first rank to fail)"
+    assert out.metrics["signal"] == "SIGSEGV" and out.ranks[0]["reason"] == "error here"
     oom = merge(Finished([_rank(0, "error"), _rank(1, "oom")], 1, False, TORCHRUN_SUMMARY), timeout=60,
                 world_size=2)
-    assert oom["status"] == "oom"  # rank 1 wrote its own result: it says what happened
+    assert oom.status == "oom"  # rank 1 wrote its own result: it says what happened
     # torchrun may see rank 0's error about the closed connection before rank 1's crash
     crash = merge(Finished([_rank(0, "error")], 1, False, ERROR_SEEN_FIRST), timeout=60, world_size=2)
-    assert crash["status"] == "crash" and crash["reason"].startswith("rank 1 killed by SIGSEGV (it left no result")
+    assert crash.status == "crash" and crash.reason.startswith("rank 1 killed by SIGSEGV (it left no result")
     stopped = ERROR_SEEN_FIRST.replace("-11 (pid: 20941)  (SIGSEGV)", "-15 (pid: 20941)  (SIGTERM)")
-    assert merge(Finished([_rank(0, "error")], 1, False, stopped), timeout=60, world_size=2)["status"] == "error"
+    assert merge(Finished([_rank(0, "error")], 1, False, stopped), timeout=60, world_size=2).status == "error"
 
 
 def test_merge_reports_the_worst_rank_and_missing_ranks():
     failed = merge(Finished([_rank(0), _rank(1, "oom", None)], 1, False, ""), timeout=60, world_size=2)
-    assert failed["status"] == "oom" and failed["reason"] == "rank 1: oom here"
-    assert failed["ranks"][1] == {"rank": 1, "status": "oom", "reason": "oom here",
+    assert failed.status == "oom" and failed.reason == "rank 1: oom here"
+    assert failed.ranks[1] == {"rank": 1, "status": "oom", "reason": "oom here",
                                   **dict.fromkeys(("step_time_s", "step_time_p90_s", "peak_mem_reserved_gib",
                                                    "host_rss_gib")), "peak_mem_allocated_gib": 3.0}
     partial = merge(Finished([_rank(0)], -9, False, "killed"), timeout=60, world_size=2)
-    assert partial["status"] == "crash" and partial["metrics"]["signal"] == "SIGKILL"
+    assert partial.status == "crash" and partial.metrics["signal"] == "SIGKILL"
 
 
 # ---- the scaling report ----------------------------------------------------------------------

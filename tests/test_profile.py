@@ -10,10 +10,12 @@ import torch
 from torch.profiler import record_function
 
 from benchbay import store
+from benchbay.analysis.batch_search import search_edges
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.profile import StepProfiler, Trace, analyse, compile_counters
 from benchbay.knobs import defaults_for, training
-from benchbay.profiling import profile_points, search_edges
+from benchbay.profiling import profile_points
+from benchbay.record import Record
 from benchbay.suite import load
 from tests.conftest import TINY, write_suite
 from tests.fixtures.tinywork import Tiny
@@ -182,14 +184,14 @@ def test_profiled_cuda_step(tmp_path):
 
 def test_search_edges_pick_largest_fit_and_smallest_oom():
     def probe(mbs, status, reserved=1.0):
-        return {"status": status, "knobs": {"mbs": mbs}, "metrics": {"peak_mem_reserved_gib": reserved,
-                                                                      "device_mem_total_gib": 10.0}}
+        return Record(suite="s", run_id="r", point_id=f"p{mbs}", workload="w", status=status, knobs={"mbs": mbs},
+                      metrics={"peak_mem_reserved_gib": reserved, "device_mem_total_gib": 10.0})
 
     records = [probe(1, "ok"), probe(8, "oom"), probe(4, "ok", 9.5), probe(2, "ok"), probe(16, "oom")]
     edges = search_edges(records, "mbs")
-    assert [(role, r["knobs"]["mbs"]) for role, r in edges] == [("largest_ok", 4), ("smallest_oom", 8)]
+    assert [(role, r.knobs["mbs"]) for role, r in edges] == [("largest_ok", 4), ("smallest_oom", 8)]
     edges = search_edges(records, "mbs", headroom_gib=1.0)
-    assert [(role, r["knobs"]["mbs"]) for role, r in edges] == [("largest_ok", 2), ("smallest_oom", 8)]
+    assert [(role, r.knobs["mbs"]) for role, r in edges] == [("largest_ok", 2), ("smallest_oom", 8)]
     assert search_edges(records[:1], "mbs") == [("largest_ok", records[0])]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import re
@@ -16,10 +17,10 @@ import pytest
 from PIL import Image
 
 from benchbay.analysis import plots
-from benchbay.analysis.batch_search import fits_with_headroom, largest_feasible, ran_ok
+from benchbay.analysis.batch_search import feasible, largest_feasible
 from benchbay.analysis.breakdown import leave_one_out, waterfall
 from benchbay.analysis.frame import flatten_record, knob_columns, records_to_frame
-from benchbay.analysis.mfu import PEAK_ENV_VAR, lookup_peak, mfu_column, peak_flops_for
+from benchbay.analysis.mfu import lookup_peak, mfu_column, peak_flops_for
 from benchbay.analysis.steady import amortisation_steps, amortisation_table, detect_warmup
 from benchbay.analysis.tables import (
     combined_status,
@@ -28,6 +29,7 @@ from benchbay.analysis.tables import (
     point_summary,
     sweep_table,
 )
+from benchbay.record import Record
 from benchbay.report import build_report
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -123,8 +125,7 @@ def test_combined_status_counts_disagreeing_repeats():
     assert combined_status(["ok", "oom", "ok"]) == "ok 2/3, oom 1/3"
 
 
-def test_mfu_is_recomputed_where_missing(train_records, train, monkeypatch):
-    monkeypatch.delenv(PEAK_ENV_VAR, raising=False)
+def test_mfu_is_recomputed_where_missing(train_records, train):
     ok = train[train["status"] == "ok"]
     assert train_records[0]["metrics"]["mfu"] is not None
     assert by_label(train_records, "+compile")[0]["metrics"]["mfu"] is None
@@ -133,12 +134,9 @@ def test_mfu_is_recomputed_where_missing(train_records, train, monkeypatch):
     df = records_to_frame(train_records)
     achieved = (df["flops_per_sample"] * df["samples_per_s_per_gpu"]).dropna()
     np.testing.assert_allclose(mfu_column(df, peak_flops=1e15).dropna(), achieved / 1e15)
-    monkeypatch.setenv(PEAK_ENV_VAR, "500")
-    np.testing.assert_allclose(mfu_column(df).dropna(), achieved / 5e14)
 
 
-def test_peak_table_by_device_name(monkeypatch):
-    monkeypatch.delenv(PEAK_ENV_VAR, raising=False)
+def test_peak_table_by_device_name():
     assert peak_flops_for("NVIDIA H200") == 799e12
     assert peak_flops_for("NVIDIA H100 80GB HBM3") == 989e12
     assert peak_flops_for("NVIDIA H100 PCIe") == 756e12
@@ -254,14 +252,13 @@ def test_largest_feasible_doubles_first_when_the_budget_allows():
 
 
 def test_criteria_over_records(train_records):
-    ok = [r for r in train_records if r["status"] == "ok" and r["knobs"]["mbs"] == 13][0]  # 135.5 of 139.8 GiB
-    oom = [r for r in train_records if r["status"] == "oom"][0]
-    assert ran_ok(ok) and not ran_ok(oom)
-    assert fits_with_headroom(2.0)(ok) and not fits_with_headroom(8.0)(ok)
-    assert fits_with_headroom(8.0, limit_gib=200.0)(ok)
-    assert not fits_with_headroom(2.0)({**ok, "metrics": {**ok["metrics"], "alloc_retries": 3}})
-    assert not fits_with_headroom(2.0)(oom)
-    assert fits_with_headroom(2.0)(flatten_record(ok))  # a flattened row works too
+    ok = Record.from_json([r for r in train_records if r["status"] == "ok" and r["knobs"]["mbs"] == 13][0])
+    oom = Record.from_json([r for r in train_records if r["status"] == "oom"][0])
+    assert feasible(ok) and not feasible(oom)  # 135.5 of 139.8 GiB reserved
+    assert feasible(ok, headroom_gib=2.0) and not feasible(ok, headroom_gib=8.0)
+    assert feasible(ok, zero_retries=True)
+    assert not feasible(dataclasses.replace(ok, metrics={**ok.metrics, "alloc_retries": 3}), zero_retries=True)
+    assert not feasible(oom, headroom_gib=2.0)
 
 
 # --- the report ----------------------------------------------------------------------------------

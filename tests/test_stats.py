@@ -11,6 +11,7 @@ from benchbay.analysis.stats import (
     mann_whitney_floor,
     mann_whitney_p,
 )
+from benchbay.collect.timing import summarize
 
 
 def noisy(rng, level, n, cv):
@@ -109,3 +110,9 @@ def test_change_point_in_the_newest_run_and_constant_series():
     assert change_points([1.0]) == []
     with pytest.raises(ValueError, match="NaN"):
         change_points([1.0, np.nan])
+
+
+def test_a_records_cv_is_the_sample_cv_of_its_steps():
+    times = [1.0, 1.1, 0.9, 1.05]
+    assert summarize(times)["step_time_cv"] == pytest.approx(coefficient_of_variation(times))
+    assert summarize([1.0])["step_time_cv"] is None  # one step has no spread to speak of

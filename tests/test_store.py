@@ -1,19 +1,20 @@
 """The results store: append-only records survive a torn write; runs load into one DataFrame."""
 
+import dataclasses
 import json
 
 import pandas as pd
 import pytest
 
 from benchbay import store
+from benchbay.record import Record, Status
 
 
-def record(i, status="ok", **metrics):
-    return {"schema": 1, "suite": "s", "run_id": "r1", "point_id": f"p{i}", "label": f"L{i}", "repeat": 0,
-            "workload": "w", "params": {"preset": "tiny"}, "knobs": {"mbs": i, "compile": "off"},
-            "status": status, "reason": None, "metrics": {"step_time_s": 0.1 * i, **metrics},
-            "series": {"step_times_s": [0.1 * i] * 3, "losses": [1.0, 0.9, 0.8]}, "extra": {},
-            "world_size": 1, "ranks": [], "env": {"machine_key": "cpu-x", "gpu": None}}
+def record(i, status=Status.OK, **metrics):
+    return Record(suite="s", run_id="r1", point_id=f"p{i}", label=f"L{i}", workload="w", params={"preset": "tiny"},
+                  knobs={"mbs": i, "compile": "off"}, status=status, metrics={"step_time_s": 0.1 * i, **metrics},
+                  series={"step_times_s": [0.1 * i] * 3, "losses": [1.0, 0.9, 0.8]},
+                  env={"machine_key": "cpu-x", "gpu": None})
 
 
 def test_append_and_load(tmp_path):
@@ -38,9 +39,18 @@ def test_torn_last_line_is_skipped(tmp_path):
     run = store.run_dir(tmp_path, "s", "r1")
     store.append_record(run, record(1))
     with open(run / "records.jsonl", "a") as f:
-        f.write(json.dumps(record(2))[:40])  # a hard kill mid-write
+        f.write(json.dumps(record(2).to_json())[:40])  # a hard kill mid-write
     with pytest.warns(UserWarning, match="incomplete record"):
         assert [r["point_id"] for r in store.read_records(run)] == ["p1"]
+
+
+def test_a_record_reads_back_as_written(tmp_path):
+    run = store.run_dir(tmp_path, "s", "r1")
+    written = record(1, Status.OOM)
+    store.append_record(run, written)
+    (stored,) = store.read_records(run)
+    assert stored["status"] == "oom" and list(stored) == [f.name for f in dataclasses.fields(Record)]
+    assert Record.from_json(stored) == written
 
 
 def test_unknown_run_is_a_clear_error(tmp_path):
@@ -64,7 +74,7 @@ def test_a_record_appended_after_a_torn_line_is_kept(tmp_path):
     run = store.run_dir(tmp_path, "s", "r1")
     store.append_record(run, record(1))
     with open(run / "records.jsonl", "a") as f:
-        f.write(json.dumps(record(2))[:40])  # a hard kill mid-write, then a resumed run appends
+        f.write(json.dumps(record(2).to_json())[:40])  # a hard kill mid-write, then a resumed run appends
     store.append_record(run, record(3))
     with pytest.warns(UserWarning, match="incomplete record"):
         assert [r["point_id"] for r in store.read_records(run)] == ["p1", "p3"]

@@ -8,14 +8,16 @@ for a boundary of 128 in 1..256), so every probe is also kept within a budget, `
 (default ``ceil(log2(hi / lo)) + 2``): a probe moves up just enough that the probes left can still
 pin the answer whatever they find. With the default budget the search is a bisection that starts
 at ``lo``; with a generous one it is plain doubling then bisection. The runner makes each probe
-run a fresh process and judges its record with :func:`ran_ok` or :func:`fits_with_headroom`.
+a point of its own and judges its record with :func:`feasible`; :func:`search_edges` are the
+probes either side of the boundary.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+
+from benchbay.record import Record, Status
 
 
 def largest_feasible(probe: Callable[[int], bool], lo: int, hi: int,
@@ -44,28 +46,29 @@ def largest_feasible(probe: Callable[[int], bool], lo: int, hi: int,
     return (good if good >= lo else None), probed
 
 
-def _metrics(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A nested record's metrics, or a flattened row itself."""
-    return record.get("metrics") or record
+def feasible(record: Record, headroom_gib: float | None = None, zero_retries: bool = False) -> bool:
+    """The probe finished its steps (ok), with no allocator retries when ``zero_retries`` (a sign of
+    fragmentation, slow steps and a near-OOM) and, with ``headroom_gib``, a peak reserved memory at
+    most the device's memory less that headroom."""
+    if record.status != Status.OK:
+        return False
+    m = record.metrics
+    if zero_retries and (m.get("alloc_retries") or 0) > 0:
+        return False
+    if headroom_gib is not None and m.get("device_mem_total_gib") and m.get("peak_mem_reserved_gib") is not None:
+        return m["peak_mem_reserved_gib"] <= m["device_mem_total_gib"] - headroom_gib
+    return True
 
 
-def ran_ok(record: Mapping[str, Any]) -> bool:
-    """The plain criterion: the probe finished its steps."""
-    return record.get("status") == "ok"
-
-
-def fits_with_headroom(headroom_gib: float, limit_gib: float | None = None) -> Callable[[Mapping[str, Any]], bool]:
-    """A stricter criterion: ok, no allocator retries (a sign of fragmentation, slow steps and a
-    near-OOM) and peak reserved memory (allocated if reserved is missing) at most ``limit_gib -
-    headroom_gib``; ``limit_gib`` defaults to the record's ``device_mem_total_gib``."""
-
-    def criterion(record: Mapping[str, Any]) -> bool:
-        metrics = _metrics(record)
-        limit = limit_gib if limit_gib is not None else metrics.get("device_mem_total_gib")
-        peak = metrics.get("peak_mem_reserved_gib")
-        peak = peak if peak is not None else metrics.get("peak_mem_allocated_gib")
-        if not ran_ok(record) or limit is None or peak is None:
-            return False
-        return (metrics.get("alloc_retries") or 0) == 0 and peak <= limit - headroom_gib
-
-    return criterion
+def search_edges(records: list[Record], knob: str, headroom_gib: float | None = None,
+                 zero_retries: bool = False) -> list[tuple[str, Record]]:
+    """The largest feasible probe and the smallest OOM probe of one configuration's search, as
+    ``(role, record)``; either may be missing."""
+    fits = [r for r in records if feasible(r, headroom_gib, zero_retries)]
+    ooms = [r for r in records if r.status == Status.OOM]
+    edges = []
+    if fits:
+        edges.append(("largest_ok", max(fits, key=lambda r: r.knobs[knob])))
+    if ooms:
+        edges.append(("smallest_oom", min(ooms, key=lambda r: r.knobs[knob])))
+    return edges

@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import knob_columns, param_columns
 from benchbay.analysis.stats import bootstrap_ratio
-from benchbay.analysis.tables import OK
+from benchbay.record import Status
 
 BEST_PREFIX = "best-"
 _CHANGE_COLUMNS = ("step_change", "step_change_low", "step_change_high",
                    "throughput_change", "throughput_change_low", "throughput_change_high", "verdict")
-NOT_SIGNIFICANT = "not significant"
 
 
 def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95) -> dict[str, Any]:
@@ -54,11 +54,11 @@ def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95) ->
     return out
 
 
-def _verdict(low: float, high: float) -> str:
+def _verdict(low: float, high: float) -> Verdict:
     """faster / slower when the throughput interval lies on one side of no change."""
     if not (np.isfinite(low) and np.isfinite(high)):
-        return "no interval"
-    return "faster" if low > 0 else "slower" if high < 0 else NOT_SIGNIFICANT
+        return Verdict.NO_INTERVAL
+    return Verdict.FASTER if low > 0 else Verdict.SLOWER if high < 0 else Verdict.NOT_SIGNIFICANT
 
 
 def knob_changes(base: pd.Series, cand: pd.Series, columns: Sequence[str]) -> str:
@@ -92,7 +92,7 @@ def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 
         row = {"label": label, "status": point["status"], "step_time_s": point["step_time_s"],
                "samples_per_s_per_gpu": point["samples_per_s_per_gpu"], "notes": point.get("notes", ""),
                "changes": knob_changes(previous, point, identity) if previous is not None else ""}
-        if point["status"] == OK:
+        if point["status"] == Status.OK:
             if previous is not None:
                 changes = point_changes(previous, point, confidence)
                 overall = changes if previous is first else point_changes(first, point, confidence)
@@ -113,7 +113,7 @@ def leave_one_out(summary: pd.DataFrame, best_label: str, knob: str = "mbs", con
     columns = ["without", "point", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *_CHANGE_COLUMNS,
                "notes"]
     best = _first_with_label(summary, best_label)
-    if best is None or best["status"] != OK:
+    if best is None or best["status"] != Status.OK:
         return pd.DataFrame(columns=columns)
     identity = _identity_columns(summary)
     rows = []
@@ -131,7 +131,7 @@ def leave_one_out(summary: pd.DataFrame, best_label: str, knob: str = "mbs", con
         row = {"without": without, "point": point["name"], "status": point["status"],
                "changes": knob_changes(best, point, identity), "step_time_s": point["step_time_s"],
                "samples_per_s_per_gpu": point["samples_per_s_per_gpu"], "notes": point.get("notes", "")}
-        if point["status"] == OK:
+        if point["status"] == Status.OK:
             row.update(point_changes(best, point, confidence))
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)

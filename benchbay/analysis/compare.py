@@ -31,15 +31,32 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from benchbay.analysis.frame import knob_columns, param_columns
+from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import bootstrap_ratio, coefficient_of_variation, mann_whitney_floor, mann_whitney_p
+from benchbay.markdown import markdown_table
+from benchbay.record import Status
+
+
+class Verdict(StrEnum):
+    """What a comparison says of a change (the module docstring says when each is given)."""
+
+    FASTER = "faster"
+    SLOWER = "slower"
+    LESS_MEMORY = "less memory"
+    MORE_MEMORY = "more memory"
+    NO_CHANGE = "no change"
+    NOT_SIGNIFICANT = "not significant"
+    FAILED = "failed"
+    NOT_COMPARABLE = "not comparable"
+    NO_INTERVAL = "no interval"  # the optimisation breakdown, where a side has no per-step samples
 
 
 @dataclass(frozen=True)
@@ -50,23 +67,43 @@ class Metric:
     column: str  # the flattened record column
     higher_is_better: bool
     per_step: bool  # samples derive from the steady per-step times
-    better: str  # verdict words
-    worse: str
+    better: Verdict
+    worse: Verdict
 
 
+_TIME, _MEMORY = (Verdict.FASTER, Verdict.SLOWER), (Verdict.LESS_MEMORY, Verdict.MORE_MEMORY)
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("step_time", "step_time_s", False, True, "faster", "slower"),
-        Metric("samples_per_s", "samples_per_s", True, True, "faster", "slower"),
-        Metric("samples_per_s_per_gpu", "samples_per_s_per_gpu", True, True, "faster", "slower"),
-        Metric("mfu", "mfu", True, True, "faster", "slower"),
-        Metric("peak_mem", "peak_mem_allocated_gib", False, False, "less memory", "more memory"),
-        Metric("peak_mem_reserved", "peak_mem_reserved_gib", False, False, "less memory", "more memory"),
+        Metric("step_time", "step_time_s", False, True, *_TIME),
+        Metric("samples_per_s", "samples_per_s", True, True, *_TIME),
+        Metric("samples_per_s_per_gpu", "samples_per_s_per_gpu", True, True, *_TIME),
+        Metric("mfu", "mfu", True, True, *_TIME),
+        Metric("peak_mem", "peak_mem_allocated_gib", False, False, *_MEMORY),
+        Metric("peak_mem_reserved", "peak_mem_reserved_gib", False, False, *_MEMORY),
     )
 }
 DEFAULT_METRICS = ("step_time", "samples_per_s_per_gpu", "peak_mem", "mfu")
-NOT_SIGNIFICANT = "not significant"
+#: verdicts that say nothing changed (or nothing can be said)
+UNCHANGED = (Verdict.NO_CHANGE, Verdict.NOT_SIGNIFICANT)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One metric of one matched point: candidate against baseline, and the verdict."""
+
+    metric: str
+    statistic: str
+    baseline: float = math.nan  # the statistic over all baseline samples pooled
+    candidate: float = math.nan
+    ratio: float = math.nan  # candidate / baseline
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_value: float = math.nan
+    worse_by: float = math.nan  # the relative change in the bad direction (positive = regression)
+    verdict: Verdict = Verdict.NOT_COMPARABLE
+    regression: bool = False
+    reason: str | None = None
 
 #: environment fields that make two measurements incomparable when they differ
 ENV_KEYS = ("gpu", "driver", "cuda", "torch")
@@ -85,13 +122,9 @@ _RECORD_FIELDS = frozenset(
 _NON_KNOB_PREFIXES = ("env.", "extra.", "health.", "param.", "metrics.", "series.", "rank")
 
 
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
 def _canonical(value: Any) -> str:
     """One spelling per value, so that 32, 32.0 and "32" from different loaders match."""
-    if _is_missing(value):
+    if is_missing(value):
         return "null"
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
@@ -191,8 +224,8 @@ def steady_step_times(row: pd.Series | dict) -> np.ndarray:
         return np.empty(0)
     warmup = row.get("warmup_steps")
     measured = row.get("measured_steps")
-    start = 0 if _is_missing(warmup) else int(warmup)
-    stop = None if _is_missing(measured) else start + int(measured)
+    start = 0 if is_missing(warmup) else int(warmup)
+    stop = None if is_missing(measured) else start + int(measured)
     values = np.asarray(times[start:stop], dtype=float)
     return values[np.isfinite(values)]
 
@@ -206,13 +239,13 @@ def metric_samples(row: pd.Series | dict, metric: Metric) -> np.ndarray:
         if steps.size and metric.column == "step_time_s":
             return steps
         step_time = row.get("step_time_s")
-        if steps.size and not _is_missing(value) and not _is_missing(step_time) and (steps > 0).all():
+        if steps.size and not is_missing(value) and not is_missing(step_time) and (steps > 0).all():
             return float(value) * float(step_time) / steps
-    return np.empty(0) if _is_missing(value) else np.array([float(value)])
+    return np.empty(0) if is_missing(value) else np.array([float(value)])
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows[rows["status"] == "ok"] if "status" in rows else rows
+    return rows[rows["status"] == Status.OK] if "status" in rows else rows
 
 
 def _recorded(point: MatchedPoint, metric: Metric) -> bool:
@@ -234,40 +267,31 @@ def compare_metric(
     alpha: float = 0.05,
     n_boot: int = 2000,
     seed: int = 0,
-) -> dict[str, Any]:
-    """Compare one metric of one matched point; see the module docstring for the verdicts.
+) -> Comparison:
+    """Compare one metric of one matched point; see the module docstring for the verdicts."""
 
-    ``worse_by`` is the relative change in the bad direction (positive = regression).
-    """
-    out: dict[str, Any] = {
-        "metric": metric.name, "statistic": statistic, "baseline": np.nan, "candidate": np.nan,
-        "ratio": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan, "worse_by": np.nan,
-        "verdict": "not comparable", "regression": False, "reason": None,
-    }
+    def incomparable(reason: str) -> Comparison:
+        return Comparison(metric.name, statistic, reason=reason)
+
     if point.baseline.empty or point.candidate.empty:
-        out["reason"] = "only in " + ("candidate" if point.baseline.empty else "baseline")
-        return out
+        return incomparable("only in " + ("candidate" if point.baseline.empty else "baseline"))
     differences = env_differences(point.baseline, point.candidate)
     if differences:
-        out["reason"] = "environment differs: " + "; ".join(differences)
-        return out
+        return incomparable("environment differs: " + "; ".join(differences))
     base_ok, cand_ok = _ok(point.baseline), _ok(point.candidate)
     if base_ok.empty:
-        out["reason"] = f"baseline status {_statuses(point.baseline)}"
-        return out
+        return incomparable(f"baseline status {_statuses(point.baseline)}")
     if cand_ok.empty:
-        out.update(verdict="failed", regression=True, reason=f"candidate status {_statuses(point.candidate)}")
-        return out
+        return Comparison(metric.name, statistic, verdict=Verdict.FAILED, regression=True,
+                          reason=f"candidate status {_statuses(point.candidate)}")
     base = [s for s in (metric_samples(r, metric) for _, r in base_ok.iterrows()) if s.size]
     cand = [s for s in (metric_samples(r, metric) for _, r in cand_ok.iterrows()) if s.size]
     if not base or not cand:
-        out["reason"] = f"no {metric.column} in " + ("baseline" if not base else "candidate")
-        return out
+        return incomparable(f"no {metric.column} in " + ("baseline" if not base else "candidate"))
     try:
         estimate = bootstrap_ratio(base, cand, statistic=statistic, confidence=confidence, n_boot=n_boot, seed=seed)
     except ZeroDivisionError as err:
-        out["reason"] = str(err)
-        return out
+        return incomparable(str(err))
     pooled_base, pooled_cand = np.concatenate(base), np.concatenate(cand)
     p_value = mann_whitney_p(pooled_base, pooled_cand)
     worse_by = (1.0 - estimate.ratio) if metric.higher_is_better else (estimate.ratio - 1.0)
@@ -275,15 +299,11 @@ def compare_metric(
     test_can_reject = mann_whitney_floor(pooled_base.size, pooled_cand.size) < alpha
     real = estimate.excludes_one and (not test_can_reject or p_value < alpha)
     within = 1.0 - min_change <= estimate.low and estimate.high <= 1.0 + min_change
-    verdict = "no change" if real or within else NOT_SIGNIFICANT
+    verdict = Verdict.NO_CHANGE if real or within else Verdict.NOT_SIGNIFICANT
     if real and abs(estimate.ratio - 1.0) >= min_change:
         verdict = metric.worse if worse_by > 0 else metric.better
-    out.update(
-        baseline=estimate.baseline, candidate=estimate.candidate, ratio=estimate.ratio, ci_low=estimate.low,
-        ci_high=estimate.high, p_value=p_value, worse_by=worse_by, verdict=verdict,
-        regression=verdict == metric.worse,
-    )
-    return out
+    return Comparison(metric.name, statistic, estimate.baseline, estimate.candidate, estimate.ratio, estimate.low,
+                      estimate.high, p_value, worse_by, verdict, regression=verdict == metric.worse)
 
 
 def point_caution(point: MatchedPoint) -> str:
@@ -344,33 +364,22 @@ def compare(
                 continue  # a figure neither side has (e.g. MFU on CPU); the first metric always shows
             result = compare_metric(point, metric, statistic=statistic, min_change=min_change,
                                     confidence=confidence, alpha=alpha, n_boot=n_boot, seed=seed)
-            rows.append({"point": name, "label": point.label, **point.key, **result, "caution": caution})
+            rows.append({"point": name, "label": point.label, **point.key, **asdict(result), "caution": caution})
     return pd.DataFrame(rows)
-
-
-def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A GitHub-flavoured Markdown table (pipes in cells escaped)."""
-
-    def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def format_note(*texts: Any) -> str:
     """The non-empty texts (a reason, a caution) joined."""
-    return "; ".join(str(t) for t in texts if not _is_missing(t) and str(t))
+    return "; ".join(str(t) for t in texts if not is_missing(t) and str(t))
 
 
 def format_value(value: Any) -> str:
-    return "-" if _is_missing(value) else f"{value:.4g}"
+    return "-" if is_missing(value) else f"{value:.4g}"
 
 
 def format_ratio(row: pd.Series | dict) -> str:
     """``1.103 [1.095, 1.111]``, or ``-`` when there is no ratio."""
-    if _is_missing(row["ratio"]):
+    if is_missing(row["ratio"]):
         return "-"
     if row["ci_low"] == row["ci_high"]:
         return f"{row['ratio']:.3f}"
@@ -382,7 +391,7 @@ def format_compare(table: pd.DataFrame, *, only_changes: bool = False) -> str:
     if table.empty:
         return "No points to compare."
     if only_changes:
-        table = table[~table["verdict"].isin(["no change", NOT_SIGNIFICANT])]
+        table = table[~table["verdict"].isin(UNCHANGED)]
         if table.empty:
             return "No changes."
     rows = [

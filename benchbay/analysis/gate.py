@@ -9,14 +9,13 @@ GPU, driver, CUDA or torch; missing on one side) never fail the gate unless
 
 The convergence-equivalence gate checks that an optimised point trains like its reference (same
 seed): :func:`loss_equivalence` compares the two loss curves step by step within
-``atol + rtol * |reference|``; pass its results to :func:`gate` to fold them into the exit code,
-and draw them with :func:`plot_loss_equivalence`.
+``atol + rtol * |reference|``; pass its results to :func:`gate` to fold them into the exit code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,20 @@ import pandas as pd
 
 from benchbay.analysis.compare import (
     METRICS,
-    NOT_SIGNIFICANT,
+    UNCHANGED,
+    Verdict,
     caution_line,
     compare_metric,
     describe_points,
     format_note,
     format_ratio,
     format_value,
-    markdown_table,
     match_points,
     point_caution,
 )
 from benchbay.analysis.thresholds import Threshold, parse_threshold, value_matches
+from benchbay.markdown import markdown_table
+from benchbay.record import Status
 
 DEFAULT_THRESHOLDS = ("step_time:median:5%",)
 _MAX_TABLE_ROWS = 20  # a CI summary should stay short
@@ -61,17 +62,17 @@ class LossEquivalence:
 
 @dataclass
 class GateResult:
-    """``checks``: one row per threshold and covered point (see :func:`compare_metric` columns plus
-    ``threshold``, ``point``, ``passed``); ``exit_code`` 0 = pass, 1 = fail."""
+    """``checks``: one row per threshold and covered point (the fields of :class:`Comparison` plus
+    ``threshold``, ``point``, ``passed``); ``passed``: no check and no loss check failed."""
 
     checks: pd.DataFrame
+    passed: bool
     loss_checks: list[LossEquivalence] = field(default_factory=list)
-    exit_code: int = 0
     markdown: str = ""
 
     @property
-    def failures(self) -> pd.DataFrame:
-        return self.checks[~self.checks["passed"]] if len(self.checks) else self.checks
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
 
 
 def _representative_row(rows: pd.DataFrame) -> Mapping[str, Any]:
@@ -111,17 +112,17 @@ def gate(
             result = compare_metric(point, METRICS[threshold.metric], statistic=threshold.statistic,
                                     min_change=threshold.limit, confidence=confidence, alpha=alpha,
                                     n_boot=n_boot, seed=seed)
-            incomparable = result["verdict"] == "not comparable"
-            passed = not result["regression"] and not (fail_on_incomparable and incomparable)
+            incomparable = result.verdict == Verdict.NOT_COMPARABLE
+            passed = not result.regression and not (fail_on_incomparable and incomparable)
             rows.append({"point": name, "label": point.label, "threshold": str(threshold), **point.key,
-                         **result, "caution": caution, "passed": passed})
+                         **asdict(result), "caution": caution, "passed": passed})
     checks = pd.DataFrame(rows)
     failed = (
         (not checks.empty and not checks["passed"].all())
         or any(not c.passed for c in loss_checks)
         or (fail_on_incomparable and checks.empty)
     )
-    result = GateResult(checks=checks, loss_checks=list(loss_checks), exit_code=int(failed))
+    result = GateResult(checks=checks, passed=not failed, loss_checks=list(loss_checks))
     result.markdown = format_gate(result, parsed)
     return result
 
@@ -162,10 +163,9 @@ def format_gate(result: GateResult, thresholds: Sequence[Threshold]) -> str:
         if caution := caution_line(checks):
             lines.append(caution.strip())
         lines += _section("Regressions", checks[checks["regression"]])
-        improved = checks[~checks["regression"] & ~checks["verdict"].isin(["no change", NOT_SIGNIFICANT,
-                                                                            "not comparable"])]
+        improved = checks[~checks["regression"] & ~checks["verdict"].isin([*UNCHANGED, Verdict.NOT_COMPARABLE])]
         lines += _section("Improvements", improved)
-        incomparable = checks[checks["verdict"] == "not comparable"]
+        incomparable = checks[checks["verdict"] == Verdict.NOT_COMPARABLE]
         if len(incomparable):
             lines += ["", "#### Not comparable", ""]
             reasons = incomparable.groupby("reason", sort=False)["point"].unique()
@@ -193,7 +193,7 @@ def format_no_baseline(machine_key: str, name: str | None, where: str | Path, re
 
 
 def _loss_curve(df: pd.DataFrame, label: str, where: Mapping[str, Any] | None) -> np.ndarray:
-    rows = df[(df["label"] == label) & (df["status"] == "ok")]
+    rows = df[(df["label"] == label) & (df["status"] == Status.OK)]
     for key, wanted in (where or {}).items():
         rows = rows[rows[key].map(lambda v: value_matches(v, str(wanted)))]
     if rows.empty:
@@ -245,29 +245,3 @@ def loss_equivalence(
         max_rel_diff=float(np.nanmax(rel)) if n else float("nan"),
         first_bad_step=int(bad[0]) if bad.size else None, message=message,
     )
-
-
-def plot_loss_equivalence(check: LossEquivalence, path: str | Path) -> Path:
-    """PNG of both loss curves with the tolerance band (top) and their difference (bottom)."""
-    from matplotlib.figure import Figure  # no pyplot: no global backend state in a library
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ref, cand = check.reference_losses, check.candidate_losses
-    tol = check.atol + check.rtol * np.abs(ref)
-    fig = Figure(figsize=(8, 6), layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(2, 1))
-    top.fill_between(np.arange(ref.size), ref - tol, ref + tol, alpha=0.2, label="tolerance")
-    top.plot(ref, label=check.reference)
-    top.plot(cand, label=check.candidate, linestyle="--")
-    top.set_ylabel("loss")
-    top.set_title(f"{check.candidate} vs {check.reference}: {'pass' if check.passed else 'FAIL'}")
-    top.legend()
-    n = min(ref.size, cand.size)
-    bottom.plot(np.abs(cand[:n] - ref[:n]), label="|difference|")
-    bottom.plot(tol[:n], label="tolerance", linestyle=":")
-    bottom.set_xlabel("step")
-    bottom.set_ylabel("|difference|")
-    bottom.legend()
-    fig.savefig(path, dpi=110)
-    return path

@@ -23,6 +23,7 @@ from benchbay.analysis.compare import (
     point_key_columns,
 )
 from benchbay.analysis.stats import STATISTICS, change_points
+from benchbay.record import Status
 
 
 def _run_values(rows: pd.DataFrame, metric: str, statistic: str) -> pd.DataFrame:
@@ -59,7 +60,7 @@ def history(
         raise ValueError(f"unknown metric {metric!r}; known: {list(METRICS)}")
     if statistic not in STATISTICS:
         raise ValueError(f"unknown statistic {statistic!r}; known: {list(STATISTICS)}")
-    ok = df[df["status"] == "ok"] if "status" in df else df
+    ok = df[df["status"] == Status.OK] if "status" in df else df
     if key_columns is None:
         key_columns = point_key_columns(ok) + (["env.machine_key"] if "env.machine_key" in ok else [])
     groups = point_groups(ok, key_columns)

@@ -2,20 +2,18 @@
 
 MFU = flops_per_sample (fwd+bwd of the trained parts) x samples/s/GPU / peak FLOP/s. The peak is
 the dense bf16 tensor-core figure of the device, looked up by its name (``env.gpu``, as
-``torch.cuda.get_device_name`` reports it). Override it with ``BENCHBAY_PEAK_TFLOPS`` (TFLOP/s) or
-the ``peak_flops`` argument (FLOP/s), e.g. for fp32 points or an unlisted device. CPUs get None.
+``torch.cuda.get_device_name`` reports it). The ``peak_flops`` argument (FLOP/s) forces another,
+e.g. for fp32 points or an unlisted device (the command line reads it from ``BENCHBAY_PEAK_TFLOPS``).
+CPUs get None.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-import os
 from dataclasses import dataclass
 
 import pandas as pd
-
-PEAK_ENV_VAR = "BENCHBAY_PEAK_TFLOPS"
 
 
 @dataclass(frozen=True)
@@ -44,19 +42,10 @@ def lookup_peak(device: str | None) -> Peak | None:
     return next((p for p in PEAKS if p.match.lower() in name), None)
 
 
-def override_peak_flops(peak_flops: float | None = None) -> float | None:
-    """The peak forced by the argument, else by ``BENCHBAY_PEAK_TFLOPS``, else None."""
+def peak_flops_for(device: str | None, peak_flops: float | None = None) -> float | None:
+    """Peak FLOP/s for a device: ``peak_flops`` if given, else the table's figure."""
     if peak_flops is not None:
         return float(peak_flops)
-    env = os.environ.get(PEAK_ENV_VAR)
-    return float(env) * 1e12 if env else None
-
-
-def peak_flops_for(device: str | None, peak_flops: float | None = None) -> float | None:
-    """Peak FLOP/s for a device: the override if any, else the table's figure."""
-    forced = override_peak_flops(peak_flops)
-    if forced is not None:
-        return forced
     peak = lookup_peak(device)
     return peak.flops if peak else None
 
@@ -69,9 +58,9 @@ def mfu_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.Series:
     """MFU per row: the record's own value, recomputed where it is missing or a peak is forced.
 
     The recomputation needs ``flops_per_sample``, ``samples_per_s_per_gpu`` and a peak (the
-    override, the record's ``peak_flops``, or the table entry for ``env.gpu``).
+    argument, the record's ``peak_flops``, or the table entry for ``env.gpu``).
     """
-    forced = override_peak_flops(peak_flops)
+    forced = None if peak_flops is None else float(peak_flops)
 
     def row_mfu(row: pd.Series) -> float:
         recorded = row.get("mfu")
@@ -92,11 +81,10 @@ def mfu_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.Series:
 
 def peak_sources(devices, peak_flops: float | None = None) -> dict[str, str]:
     """``{device: "<TFLOP/s> (<source>)"}`` for a footnote under an MFU column."""
-    forced = override_peak_flops(peak_flops)
     out = {}
     for device in sorted({d for d in devices if isinstance(d, str)}):
-        if forced is not None:
-            out[device] = f"{forced / 1e12:g} TFLOP/s (override)"
+        if peak_flops is not None:
+            out[device] = f"{peak_flops / 1e12:g} TFLOP/s (override)"
         elif (peak := lookup_peak(device)) is not None:
             out[device] = f"{peak.flops / 1e12:g} TFLOP/s ({peak.source})"
     return out

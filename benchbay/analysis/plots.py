@@ -16,12 +16,14 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from benchbay.analysis.tables import OK, configurations, device_word
+from benchbay.analysis.compare import Verdict
+from benchbay.analysis.tables import configurations, device_word
+from benchbay.record import Status
 
 DPI = 110
-FAILED_STYLE = {"oom": ("x", "tab:red"), "other": ("^", "black")}
+FAILED_STYLE = {Status.OOM: ("x", "tab:red"), "other": ("^", "black")}
 #: a waterfall bar's colour by its verdict (``benchbay.analysis.breakdown``); anything else is grey
-VERDICT_COLORS = {"faster": "tab:green", "slower": "tab:red"}
+VERDICT_COLORS = {Verdict.FASTER: "tab:green", Verdict.SLOWER: "tab:red"}
 NOT_SIGNIFICANT_COLOR = "lightgray"
 MIN_CPU_SAMPLES = 3  # fewer samples draw no course over time
 #: per-view decode latency in seconds (``benchbay.decode.measure.latency_summary`` via ``extra``)
@@ -42,7 +44,7 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
     """Throughput and peak memory against ``knob`` per configuration; failed points marked on the
     axis (throughput) or at the device limit (memory), the limit drawn as a dashed line."""
     configs = configurations(summary, knob)
-    if not any((points["status"] == OK).any() for _, points in configs):
+    if not any((points["status"] == Status.OK).any() for _, points in configs):
         return None
     fig = Figure(figsize=(11, 4.2))
     ax_rate, ax_mem = fig.subplots(1, 2)
@@ -52,12 +54,11 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
     memory, memory_label = (("peak_mem_reserved_gib", "peak reserved memory (GiB)") if on_device
                             else ("peak_host_rss_gib", "peak host RSS (GiB)"))
     for (name, points), color in zip(configs, _colors(len(configs)), strict=True):
-        ok = points[points["status"] == OK]
+        ok = points[points["status"] == Status.OK]
         ax_rate.plot(ok[knob], ok["samples_per_s_per_gpu"], "o-", color=color, label=name)
         ax_mem.plot(ok[knob], ok[memory], "o-", color=color, label=name)
-        for _, failed in points[points["status"] != OK].iterrows():
-            kind = "oom" if failed["status"] == "oom" else "other"
-            marker, mcolor = FAILED_STYLE[kind]
+        for _, failed in points[points["status"] != Status.OK].iterrows():
+            marker, mcolor = FAILED_STYLE.get(failed["status"], FAILED_STYLE["other"])
             ax_rate.plot(failed[knob], 0, marker, color=mcolor, markersize=10, mew=2)
             ax_mem.plot(failed[knob], limit if np.isfinite(limit) else 0, marker, color=mcolor, markersize=10, mew=2)
             ax_rate.annotate(failed["status"], (failed[knob], 0), textcoords="offset points", xytext=(0, 8),
@@ -127,7 +128,7 @@ def decoder_points(summary: pd.DataFrame) -> pd.DataFrame:
     """Ok points that report per-view decode latency."""
     if LATENCY_MEDIAN not in summary:
         return summary.iloc[:0]
-    return summary[(summary["status"] == OK) & summary[LATENCY_MEDIAN].notna()]
+    return summary[(summary["status"] == Status.OK) & summary[LATENCY_MEDIAN].notna()]
 
 
 def decoder_latency(summary: pd.DataFrame, path: Path) -> Path | None:
@@ -194,7 +195,7 @@ def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
     previous ok step, whisker = its confidence interval; per sample, since a step of a larger
     micro-batch is longer and yet faster) and the throughput of each step. A change or speed-up
     whose interval includes no change is grey and marked "n.s.", never drawn as a gain or loss."""
-    ok = table[table["status"] == OK]
+    ok = table[table["status"] == Status.OK]
     if len(ok) < 2:
         return None
     fig = Figure(figsize=(11, 4.2))

@@ -8,10 +8,11 @@ noise for an effect.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import pandas as pd
+
+from benchbay.analysis.frame import is_missing
 
 #: above this coefficient of variation of the steady steps, a median of a few steps moves by
 #: several percent from one run to the next (a quiet GPU step is below 0.02)
@@ -20,7 +21,7 @@ POINT_WARNINGS, MACHINE_WARNINGS = "health.warnings", "health.machine_warnings"
 
 
 def is_noisy(cv: float | None) -> bool:
-    return cv is not None and not (isinstance(cv, float) and math.isnan(cv)) and cv > NOISY_CV
+    return not is_missing(cv) and cv > NOISY_CV
 
 
 def noise_note(cv: float | None) -> str | None:

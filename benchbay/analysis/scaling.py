@@ -26,7 +26,8 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, varying_columns
-from benchbay.analysis.tables import OK, describe
+from benchbay.analysis.tables import describe
+from benchbay.record import Status
 
 COLUMNS = ("configuration", "gpu", "world_size", "nnodes", "repeats", "samples_per_s", "samples_per_s_per_gpu",
            "step_time_s", "speedup", "ideal_speedup", "efficiency", "step_time_rank_spread",
@@ -65,7 +66,7 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     configuration then world size. ``nnodes`` is 1 for records that do not say."""
     if df.empty or "samples_per_s" not in df:
         return pd.DataFrame(columns=COLUMNS)
-    ok = df[(df["status"] == OK) & df["samples_per_s"].notna()]
+    ok = df[(df["status"] == Status.OK) & df["samples_per_s"].notna()]
     if ok.empty:
         return pd.DataFrame(columns=COLUMNS)
     comm = ok.apply(communication, axis=1, result_type="expand")

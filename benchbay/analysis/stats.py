@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 # each statistic's reduction, plain and NaN-skipping (for padded repeats of unequal length)
 _REDUCTIONS: dict[str, tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]] = {
@@ -168,7 +167,9 @@ def mann_whitney_p(baseline: Sequence[float], candidate: Sequence[float]) -> flo
         return float("nan")
     if np.ptp(np.concatenate([a, b])) == 0:
         return 1.0  # identical constants: scipy would warn and return NaN
-    return float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    from scipy import stats  # a second to import: workers import this module for the CV alone
+
+    return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
 def mann_whitney_floor(n: int, m: int) -> float:

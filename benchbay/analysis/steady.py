@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from benchbay.analysis.frame import knob_columns, param_columns
+from benchbay.record import Status
 
 #: knobs whose "off" value is the eager baseline of an amortisation comparison
 ACCELERATION_KNOBS = ("compile", "cuda_graph")
@@ -69,7 +70,7 @@ def amortisation_table(summary: pd.DataFrame) -> pd.DataFrame:
                "overhead_s", "break_even_steps"]
     if not accel or summary.empty:
         return pd.DataFrame(columns=columns)
-    ok = summary[summary["status"] == "ok"]
+    ok = summary[summary["status"] == Status.OK]
     same = [c for c in knob_columns(summary) + param_columns(summary) + ["suite", "workload"]
             if c in summary.columns and c not in accel]
     def key(row: pd.Series) -> tuple[str, ...]:

@@ -22,8 +22,8 @@ from benchbay.analysis.mfu import mfu_column
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
+from benchbay.record import Status
 
-OK = "ok"
 #: figures summarised by their median over the ok repeats
 MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "first_step_s", "samples_per_step",
                   "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu", "cpu_util_mean",
@@ -56,13 +56,13 @@ def _first_valid(values: pd.Series) -> Any:
 
 
 def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, Any]:
-    ok = rows[rows["status"] == OK]
+    ok = rows[rows["status"] == Status.OK]
     figures = ok if len(ok) else rows
     out = {c: _first_valid(rows[c]) for c in carried}
     out["label"] = _first_valid(rows["label"]) if "label" in rows else None
     out["repeats"] = len(rows)
     out["status"] = combined_status(rows["status"].astype(str))
-    out["reason"] = _first_valid(rows.loc[rows["status"] != OK, "reason"]) if "reason" in rows else None
+    out["reason"] = _first_valid(rows.loc[rows["status"] != Status.OK, "reason"]) if "reason" in rows else None
     samples = [s for s in (steady_step_times(r) for _, r in ok.iterrows()) if s.size]
     out["steady_samples"] = samples
     if samples:
@@ -191,10 +191,10 @@ def effective_throughput(summary: pd.DataFrame, knob: str = "mbs") -> pd.DataFra
                "peak_mem_reserved_gib", "first_failing", "ratio"]
     rows = []
     for name, points in configurations(summary, knob):
-        ok = points[points["status"] == OK]
+        ok = points[points["status"] == Status.OK]
         best = ok.iloc[-1] if len(ok) else None
         above = points if best is None else points[points[knob] > best[knob]]
-        failing = above[above["status"] != OK]
+        failing = above[above["status"] != Status.OK]
         rows.append({
             "configuration": name,
             "largest_ok": best[knob] if best is not None else None,
@@ -216,7 +216,7 @@ NUMERICALLY_NEUTRAL = ("compile", "cuda_graph")
 def equivalent_groups(summary: pd.DataFrame, label_groups: Sequence[Sequence[str]] | None = None) -> list[pd.DataFrame]:
     """Groups of ok points with losses that should train alike: the suite's label groups if given,
     else points equal in every knob and param except compile and CUDA graphs."""
-    ok = summary[(summary["status"] == OK) & summary["losses"].map(lambda v: isinstance(v, list) and len(v) > 0)]
+    ok = summary[(summary["status"] == Status.OK) & summary["losses"].map(lambda v: isinstance(v, list) and len(v) > 0)]
     if label_groups:
         groups = [ok[ok["label"].isin(labels)] for labels in label_groups]
     else:

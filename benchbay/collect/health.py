@@ -1,5 +1,5 @@
-"""Was the machine quiet while a point ran? pyperf-style system checks, made by the runner (the
-point's parent process) around every point and stored under ``health`` in its record.
+"""Was the machine quiet while a point ran? pyperf-style system checks, made by the local launcher
+in the point's parent process around every point, and stored under ``health`` in its record.
 
 - CPU: the busy time of the CPUs this process may run on, less the CPU time of the runner and of
   the point's processes (the runner's children: once waited for, their time is in the runner's

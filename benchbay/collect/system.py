@@ -3,12 +3,14 @@ GPU's utilisation, power and clocks (NVML), at a fixed interval during the measu
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
 
 import psutil
 
+from benchbay.analysis.stats import coefficient_of_variation
 from benchbay.collect import nvml
 
 
@@ -72,9 +74,9 @@ class SystemSampler:
     def summary(self) -> dict[str, float | None]:
         util = self.series["cpu_util"]
         mean = statistics.fmean(util) if util else None
+        cv = coefficient_of_variation(util)
         children = self.series["child_cpu_util"]
-        out = {"cpu_util_mean": mean,
-               "cpu_util_cv": statistics.pstdev(util) / mean if util and mean else None,
+        out = {"cpu_util_mean": mean, "cpu_util_cv": None if math.isnan(cv) else cv,
                "child_cpu_util_mean": statistics.fmean(children) if children else None}
         for key in ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz"):
             values = self.series.get(key)

@@ -5,10 +5,13 @@ on CPU the step is synchronous and a perf counter suffices."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
 import torch
+
+from benchbay.analysis.stats import coefficient_of_variation
 
 
 class StepTimer:
@@ -43,18 +46,19 @@ class StepTimer:
 
 
 def summarize(times: list[float]) -> dict[str, float | None]:
-    """Median, mean, p10, p90 and coefficient of variation of step times (seconds)."""
+    """Median, mean, p10, p90 and coefficient of variation of step times (seconds); a CV needs
+    two steps."""
     if not times:
         return {"step_time_s": None, "step_time_mean_s": None, "step_time_p10_s": None,
                 "step_time_p90_s": None, "step_time_cv": None}
-    mean = statistics.fmean(times)
     ordered = sorted(times)
+    cv = coefficient_of_variation(ordered)
     return {
         "step_time_s": statistics.median(ordered),
-        "step_time_mean_s": mean,
+        "step_time_mean_s": statistics.fmean(times),
         "step_time_p10_s": _quantile(ordered, 0.10),
         "step_time_p90_s": _quantile(ordered, 0.90),
-        "step_time_cv": statistics.pstdev(ordered) / mean if mean > 0 else None,
+        "step_time_cv": None if math.isnan(cv) else cv,
     }
 
 

@@ -6,20 +6,14 @@ inside the compiled region (a CUDA-graphed region inside a checkpoint fails: PT 
 
 from __future__ import annotations
 
-import torch
-
 from benchbay.workloads.base import ModelParts
 
 
-def configure() -> None:
-    # a silent fall-back to eager after too many recompiles would make a compiled point lie
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
-
-
 def apply(parts: ModelParts, value: str, cuda_graph: str) -> None:
+    """Compile in place (``benchbay.knobs.training.apply_process_settings`` makes a recompile
+    limit hit an error rather than a silent fall-back to eager)."""
     if value == "off":
         return
-    configure()
     mode = "reduce-overhead" if cuda_graph == "step" else None
     if value == "full":
         parts.model.compile(mode=mode)

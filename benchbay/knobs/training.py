@@ -64,12 +64,22 @@ class TrainStep:
         return loss.detach().clone(), grad_norm.detach().clone(), {k: v.detach().clone() for k, v in parts.items()}
 
 
-def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.device) -> TrainStep:
+def apply_process_settings(knobs: dict[str, Any]) -> None:
+    """The knobs that are settings of the whole process. Process-wide is right here: each point
+    runs in a process of its own (benchbay.launch), and these must hold at every step, not only
+    while the model is built (dynamo recompiles, and kernels are picked, as the steps run)."""
+    if knobs["compile"] != "off":
+        # a silent fall-back to eager after too many recompiles would make a compiled point lie
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
     if knobs["deterministic"]:
         # strict: with warn_only, flash and cuDNN attention only warn and stay non-deterministic;
         # an op without a deterministic kernel then fails the point with a clear error instead
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
+
+
+def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.device) -> TrainStep:
+    apply_process_settings(knobs)
     parts = workload.build()
     for module in parts.frozen:
         module.requires_grad_(False).eval()

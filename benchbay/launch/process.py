@@ -18,28 +18,8 @@ from typing import Any
 
 import psutil
 
-STATUS_ORDER = ("oom", "error", "diverged", "crash", "timeout", "skipped", "ok")  # worst first
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How many processes a point spans; more than one (or nnodes > 1, or ``torchrun``) goes through
-    torchrun."""
-
-    nproc: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str = "127.0.0.1:29400"
-    torchrun: bool = False  # also a single process: to check that the launcher adds no cost
-
-    @property
-    def world_size(self) -> int:
-        return self.nproc * self.nnodes
-
-    @property
-    def launcher(self) -> str:
-        return "torchrun" if self.torchrun or self.world_size > 1 else "direct"
-
+from benchbay.launch.base import Launch, Outcome, PointSpec
+from benchbay.record import Status
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
@@ -78,24 +58,22 @@ class Finished:
     stall: str = ""  # a timed-out point: its last phase and innermost frames
 
 
-def run_point(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launch = Launch()) -> dict[str, Any]:
+def run_point(spec: PointSpec, workdir: Path, launch: Launch) -> Outcome:
     """Run the worker and return its (merged) result; never raises for a failed point.
     KeyboardInterrupt kills the point's process group and propagates."""
-    outcome = merge(run_ranks(spec, workdir, timeout, launch), timeout, launch.nproc)
-    # each node sees only its own ranks' results (the Slurm executor gathers every node's)
-    outcome["world_size"] = launch.world_size
-    return outcome
+    # each node sees only its own ranks' results (the Slurm launcher gathers every node's)
+    return merge(run_ranks(spec, workdir, launch), spec.timeout, launch.nproc)
 
 
-def run_ranks(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launch) -> Finished:
+def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
     """This node's processes of the point, unmerged (a multi-node launcher merges all nodes')."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = workdir / "spec.json", workdir / "result.json", workdir / "worker.log"
-    spec_path.write_text(json.dumps(spec, default=str))
+    spec_path.write_text(json.dumps(spec.to_json(), default=str))
     for old in workdir.glob("result*.json"):
         old.unlink()
     env = {k: v for k, v in os.environ.items() if k not in ALLOC_VARS}  # alloc=default means default
-    env.update(point_env(spec["knobs"]))
+    env.update(point_env(spec.knobs))
     # a cold compile cache per point: first-step (compile) times must not depend on earlier points
     env["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "inductor")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
@@ -104,7 +82,7 @@ def run_ranks(spec: dict[str, Any], workdir: Path, timeout: float, launch: Launc
         proc = subprocess.Popen(command(spec_path, result_path, launch), stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True, preexec_fn=die_with_parent)
         try:
-            proc.wait(timeout=timeout)
+            proc.wait(timeout=spec.timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill(proc)
@@ -153,27 +131,26 @@ RANK_FIGURES = ("step_time_s", "step_time_p90_s", "peak_mem_allocated_gib", "pea
 FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
-def merge(done: Finished, timeout: float, world_size: int) -> dict[str, Any]:
+def merge(done: Finished, timeout: float, world_size: int) -> Outcome:
     """One outcome for the point: the worst rank's status (its reason prefixed with its rank), or
     a crash when the first rank to fail died without a result (the others' errors, such as a closed
     connection, follow from it); the slowest rank's figures, the spread of step times across ranks
     and every rank's own figures."""
     results = sorted(done.results, key=lambda r: r.get("rank", 0))
     lost = _lost_rank(done.tail, results)
-    worst = min(results, key=lambda r: STATUS_ORDER.index(r["status"]), default=None)
-    if worst is None or lost or (worst["status"] == "ok" and (done.timed_out or len(results) < world_size)):
+    worst = min(results, key=lambda r: list(Status).index(r["status"]), default=None)
+    if worst is None or lost or (worst["status"] == Status.OK and (done.timed_out or len(results) < world_size)):
         out = _no_result(done, timeout, partial=len(results), lost=lost)
-    elif worst["status"] == "ok":
-        slowest = max(results, key=lambda r: r["metrics"].get("step_time_s") or 0.0)
-        out = {**slowest, "metrics": {**slowest["metrics"], "step_time_rank_spread": _rank_spread(results)}}
+    elif worst["status"] == Status.OK:
+        out = Outcome.from_result(max(results, key=lambda r: r["metrics"].get("step_time_s") or 0.0))
+        out.metrics["step_time_rank_spread"] = _rank_spread(results)
     else:
-        out = dict(worst)
-        if world_size > 1 and worst["status"] != "skipped" and worst.get("reason"):  # every rank skips alike
-            out["reason"] = f"rank {worst.get('rank', 0)}: {worst['reason']}"
-    out["ranks"] = [{"rank": r.get("rank", 0), "status": r["status"],
-                     **{k: r["metrics"].get(k) for k in RANK_FIGURES},
-                     **({"reason": r.get("reason")} if r["status"] != "ok" else {})} for r in results]
-    out["world_size"] = world_size
+        out = Outcome.from_result(worst)
+        if world_size > 1 and out.status != Status.SKIPPED and out.reason:  # every rank skips alike
+            out.reason = f"rank {worst.get('rank', 0)}: {out.reason}"
+    out.ranks = [{"rank": r.get("rank", 0), "status": r["status"],
+                  **{k: r["metrics"].get(k) for k in RANK_FIGURES},
+                  **({"reason": r.get("reason")} if r["status"] != Status.OK else {})} for r in results]
     return out
 
 
@@ -201,28 +178,30 @@ def _rank_spread(ok: list[dict[str, Any]]) -> float | None:
 
 
 def _no_result(done: Finished, timeout: float, partial: int,
-               lost: tuple[int, int, bool] | None = None) -> dict[str, Any]:
+               lost: tuple[int, int, bool] | None = None) -> Outcome:
     returncode, tail = done.returncode, done.tail
-    base = {"metrics": {"exit_code": returncode}, "series": {}, "extra": {"log_tail": tail}}
+    metrics: dict[str, Any] = {"exit_code": returncode}
+
+    def crash(reason: str, signal_number: int | None = None) -> Outcome:
+        if signal_number is not None:
+            metrics["signal"] = _signal_name(signal_number)
+        return Outcome(status=Status.CRASH, reason=reason, metrics=metrics, extra={"log_tail": tail})
+
     if done.timed_out:
         where = done.stall
-        return {**base, "status": "timeout", "reason": f"no result within {timeout:g} s (killed)"
-                + (f"; {partial} rank(s) had finished" if partial else "") + (f"; {where}" if where else "")}
+        return Outcome(status=Status.TIMEOUT, metrics=metrics, extra={"log_tail": tail},
+                       reason=f"no result within {timeout:g} s (killed)"
+                       + (f"; {partial} rank(s) had finished" if partial else "") + (f"; {where}" if where else ""))
     if lost:
         rank, code, first = lost
         why = "(the first rank to fail)" if first else "(it left no result; the other ranks' errors follow)"
         if code < 0:
-            base["metrics"]["signal"] = _signal_name(-code)
-            return {**base, "status": "crash", "reason": f"rank {rank} killed by {_signal_name(-code)} {why}"}
-        return {**base, "status": "crash", "reason": f"rank {rank} ended with exit code {code} without a result "
-                f"{why}"}
+            return crash(f"rank {rank} killed by {_signal_name(-code)} {why}", -code)
+        return crash(f"rank {rank} ended with exit code {code} without a result {why}")
     where = f" in phase '{phase}'" if (phase := last_phase(tail)) else ""
     if returncode is not None and returncode < 0:
-        sig = _signal_name(-returncode)
-        base["metrics"]["signal"] = sig
-        return {**base, "status": "crash", "reason": f"killed by {sig}{where}: {_last_line(tail)}"}
-    return {**base, "status": "crash",
-            "reason": f"exit code {returncode} without a result{where}: {_last_line(tail)}"}
+        return crash(f"killed by {_signal_name(-returncode)}{where}: {_last_line(tail)}", -returncode)
+    return crash(f"exit code {returncode} without a result{where}: {_last_line(tail)}")
 
 
 PHASE_MARK = "benchbay phase: "  # how benchbay.launch.worker announces a phase in its log

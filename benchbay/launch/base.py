@@ -1,0 +1,100 @@
+"""What every launcher takes and gives: the processes a point spans (``Launch``), the point as the
+worker reads it (``PointSpec``, written as ``spec.json``), how the point ended (``Outcome``), and
+the ``Launcher`` protocol (``LocalLauncher``: this machine; ``SlurmLauncher``: a Slurm job)."""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from benchbay.record import Status
+from benchbay.suite import Devices, Steps
+
+DeviceType = Literal["cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How many processes a point spans; more than one (or nnodes > 1, or ``torchrun``) goes through
+    torchrun."""
+
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = "127.0.0.1:29400"
+    torchrun: bool = False  # also a single process: to check that the launcher adds no cost
+
+    @classmethod
+    def of(cls, devices: Devices) -> Launch:
+        return cls(devices.nproc, devices.nnodes, devices.node_rank, devices.rdzv_endpoint, devices.torchrun)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def launcher(self) -> Literal["direct", "torchrun"]:
+        return "torchrun" if self.torchrun or self.world_size > 1 else "direct"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PointSpec:
+    """One point as the worker (``benchbay.launch.worker``) reads it from ``spec.json``."""
+
+    workload: str
+    params: dict[str, Any]
+    knobs: dict[str, Any]
+    steps: Steps
+    device: DeviceType
+    timeout: float
+    profile: bool = False  # run under torch.profiler (``benchbay profile``), into profile_dir
+    profile_dir: str | None = None
+    memory_snapshot: bool = False  # record the allocator's history (a batch search's edges)
+    memory_snapshot_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(kw_only=True)
+class Outcome:
+    """How a point ended, from its result files (merged over its ranks) or from how its processes
+    or job ended."""
+
+    status: Status
+    reason: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[Any]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    ranks: list[dict[str, Any]] = field(default_factory=list)  # each rank's own figures
+    traceback: str | None = None
+    env: dict[str, Any] | None = None  # the fingerprint of the node that ran it, where not this machine
+    health: dict[str, Any] = field(default_factory=dict)  # this machine while it ran, where checked
+
+    @classmethod
+    def from_result(cls, result: dict[str, Any]) -> Outcome:
+        """A worker's result file (a JSON dict: the process boundary)."""
+        return cls(status=Status(result["status"]), reason=result.get("reason"),
+                   metrics=dict(result.get("metrics") or {}), series=dict(result.get("series") or {}),
+                   extra=dict(result.get("extra") or {}), traceback=result.get("traceback"))
+
+
+class Launcher(Protocol):
+    """Runs points: chosen once per sweep, it knows where a point runs and where its scratch goes."""
+
+    launch: Launch
+
+    def device(self, requested: str) -> DeviceType:
+        """The device type points run on, for the suite's ``devices.type`` (may be "auto")."""
+        ...
+
+    def scratch(self, run: Path) -> AbstractContextManager[Path]:
+        """The folder for the points' spec, result and log files during a sweep of ``run``."""
+        ...
+
+    def run(self, spec: PointSpec, workdir: Path) -> Outcome:
+        """Run one point in ``workdir``; never raises for a failed point (KeyboardInterrupt stops it)."""
+        ...

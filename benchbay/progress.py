@@ -1,0 +1,107 @@
+"""What a sweep says on the console while it runs: progress (a live bar on a terminal, plain lines
+on a pipe), one line per result, and each machine warning once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Column
+
+from benchbay.analysis.quality import noise_note
+from benchbay.record import Record, Status
+
+BUSY_TAG = "[busy machine]"
+
+
+def describe(record: Record) -> str:
+    """One line: status, point, its key figures, and whether to doubt them."""
+    m = record.metrics
+    name = record.name
+    knob = f" mbs={record.knobs['mbs']}" if "mbs" in record.knobs and "mbs=" not in name else ""
+    busy = f" {BUSY_TAG}" if record.health.get("warnings") else ""
+    if record.status == Status.OK:
+        per = "GPU" if (record.device or "cuda") == "cuda" else "device"
+        rate, mem = m.get("samples_per_s_per_gpu"), m.get("peak_mem_allocated_gib")
+        rss = m.get("host_rss_gib") if mem is None else None
+        parts = [f"{m['step_time_s'] * 1e3:.1f} ms/step" if m.get("step_time_s") else "",
+                 f"{rate:.2f} samples/s/{per}" if rate else "", f"{mem:.1f} GiB" if mem else "",
+                 f"{rss:.1f} GiB host RSS" if rss else "", noise_note(m.get("step_time_cv")) or ""]
+        return f"ok {name}{knob}: " + ", ".join(p for p in parts if p) + busy
+    return f"{record.status} {name}{knob}: {record.reason or ''}"[:300] + busy
+
+
+class SweepProgress:
+    """The sweep's progress: a live bar on a terminal; on a pipe or a log, plain lines (point i/N,
+    elapsed, estimated time left) that never wrap at a guessed width."""
+
+    def __init__(self, console: Console, title: str, total: int):
+        self.console, self.title, self.total = console, title, total
+        self.live = console.is_terminal
+        self.done = self.measured = 0
+        self.index = 0
+        self.t0 = time.perf_counter()
+        self._bar = None
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("ETA"), TimeRemainingColumn(),
+            TextColumn("{task.fields[last]}", table_column=Column(no_wrap=True, overflow="ellipsis")),
+            console=console, transient=False) if self.live else None
+
+    def __enter__(self) -> SweepProgress:
+        if self._progress:
+            self._progress.start()
+            self._bar = self._progress.add_task(self.title, total=self.total, last="")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress:
+            self._progress.stop()
+
+    def start(self, index: int, name: str) -> None:
+        self.index = index
+        if self._progress:
+            self._progress.update(self._bar, description=f"{self.title} [{index}/{self.total}] {name}")
+
+    def result(self, line: str) -> None:
+        if self._progress:
+            self._progress.console.print(f"  {escape(line)}")  # failure texts may hold [/...]
+            self._progress.update(self._bar, last=escape(line))
+            return
+        elapsed = time.perf_counter() - self.t0
+        left = elapsed / (self.measured + 1) * (self.total - self.done - 1)
+        self.console.print(f"[{self.index}/{self.total} {_clock(elapsed)}, ETA {_clock(left)}] {line}",
+                           markup=False, highlight=False, soft_wrap=True)
+
+    def advance(self, measured: bool = True) -> None:
+        self.done += 1
+        self.measured += measured
+        if self._progress:
+            self._progress.advance(self._bar)
+
+    def note(self, text: str) -> None:
+        self.console.print(text, style="yellow", markup=False, highlight=False, soft_wrap=not self.live)
+
+
+def _clock(seconds: float) -> str:
+    return str(dt.timedelta(seconds=round(seconds)))
+
+
+def warn_once(record: Record, warned: set[str], progress: SweepProgress) -> bool:
+    """Say each machine setting worth a word once, and the first point measured on a busy machine
+    (the others carry a tag); True when this record's machine was not quiet."""
+    for warning in record.health.get("machine_warnings") or []:
+        if warning not in warned:
+            warned.add(warning)
+            progress.note(f"warning: {warning}")
+    if not record.health.get("warnings"):
+        return False
+    if BUSY_TAG not in warned:
+        warned.add(BUSY_TAG)
+        progress.note(f"warning: the machine was not quiet while {record.name} ran: "
+                      f"{'; '.join(record.health['warnings'])}. Its figures may hold that noise; such points are "
+                      f"tagged {BUSY_TAG} here and noted in the report")
+    return True

@@ -310,3 +310,40 @@ def test_scaling_configurations_of_the_same_label_are_told_apart():
     table = scaling.scaling_table(frame)
     assert list(table["configuration"]) == ["ddp (mbs=8)"] * 2 + ["ddp (mbs=16)"] * 2
     assert list(table["efficiency"]) == pytest.approx([1.0, 0.95, 1.0, 0.95])
+
+
+def test_two_nodes_of_one_process_train_like_one_node_of_two(tmp_path, in_repo, cli_env, monkeypatch):
+    """The multi-node path on one host: two `benchbay run` commands, one per node (nnodes 2, a local
+    rendezvous), give what one node of two processes gives: the same losses and gradient norms,
+    one record (node 0's) with both ranks."""
+    import socket
+    import subprocess
+
+    from tests.conftest import benchbay_cmd
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    body = f"""
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32, sharding: ddp}}
+sweep: {{points: [{{label: ddp}}]}}
+steps: {{warmup: {STEPS["warmup"]}, measure: {STEPS["measure"]}}}
+timeout: 180
+devices: {{type: cpu, nproc: 1, nnodes: 2, rdzv_endpoint: "127.0.0.1:{port}"}}
+"""
+    suite = write_suite(tmp_path / "tiny-2nodes.yaml", f"name: tiny-2nodes\n{body}")
+    nodes = [subprocess.Popen(benchbay_cmd("run", str(suite), "--set", f"devices.node_rank={rank}", "--results",
+                                           str(tmp_path / f"node{rank}"), "--no-report"),
+                              env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for rank in (0, 1)]
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    (record,) = store.read_records(next((tmp_path / "node0" / "tiny-2nodes").iterdir()))
+    assert not list((tmp_path / "node1").rglob("records.jsonl")) or not store.read_records(
+        next((tmp_path / "node1" / "tiny-2nodes").iterdir()))  # node 1 measures but does not record
+    assert record["nnodes"] == 2 and record["world_size"] == 2 and record["launcher"] == "torchrun"
+    reference = one_process(TINY, {}, {"precision": "fp32"}, sum(STEPS.values()))
+    assert_trains_like_one_process(record, reference, rtol=1e-5)
+    one_node = run_suite(tmp_path, monkeypatch, "tiny-1node", body.replace("nproc: 1, nnodes: 2", "nproc: 2"))
+    np.testing.assert_allclose(record["series"]["losses"], one_node[0]["series"]["losses"], rtol=1e-6)

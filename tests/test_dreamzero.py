@@ -90,7 +90,7 @@ def test_batch_shapes_and_determinism():
 
 def _spec_mask(frame_tokens: int, latent_frames: int, frames_per_block: int, actions_per_block: int,
                states_per_block: int) -> torch.Tensor:
-    """The pattern of models.md, written from its prose with explicit index ranges."""
+    """The attention pattern of docs/architecture.md, written from its prose with explicit index ranges."""
     f, blocks = frame_tokens, (latent_frames - 1) // frames_per_block
     video = latent_frames * f
     block_len = frames_per_block * f

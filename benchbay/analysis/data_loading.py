@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from benchbay.analysis.breakdown import NOT_SIGNIFICANT, point_changes
+from benchbay.analysis.breakdown import point_changes
+from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import knob_columns, param_columns
-from benchbay.analysis.tables import OK
+from benchbay.record import Status
 
 #: the video knobs of benchbay.decode.feed.VIDEO_KNOBS (kept in step by a test; analysis stays light)
 VIDEO_KNOB_NAMES = ("data", "video_backend", "video_device", "num_workers", "prefetch_factor", "pin_memory")
@@ -29,7 +30,7 @@ LOADER = ["video_backend", "video_device", "num_workers", "prefetch_factor"]
 def video_points(summary: pd.DataFrame) -> pd.DataFrame:
     if "data" not in summary:
         return summary.iloc[:0]
-    return summary[(summary["data"] == "video") & (summary["status"] == OK)]
+    return summary[(summary["data"] == "video") & (summary["status"] == Status.OK)]
 
 
 def _baseline_key(row: pd.Series, columns: list[str]) -> tuple:
@@ -43,7 +44,7 @@ def inflation_table(summary: pd.DataFrame) -> pd.DataFrame:
     if video.empty:
         return pd.DataFrame()
     same = [c for c in knob_columns(summary) + param_columns(summary) + ["workload"] if c not in VIDEO_KNOB_NAMES]
-    synthetic = summary[(summary["data"] == "synthetic") & (summary["status"] == OK)]
+    synthetic = summary[(summary["data"] == "synthetic") & (summary["status"] == Status.OK)]
     baselines = {_baseline_key(row, same): row for _, row in synthetic.iterrows()}
     rows = []
     for _, point in video.iterrows():
@@ -55,7 +56,7 @@ def inflation_table(summary: pd.DataFrame) -> pd.DataFrame:
             "synthetic step (s)": None if base is None else base["step_time_s"],
             "inflation_change": change.get("step_change"), "inflation_change_low": change.get("step_change_low"),
             "inflation_change_high": change.get("step_change_high"),
-            "verdict": _inflation_verdict(change) if change else "no synthetic point",
+            "verdict": _inflation_verdict(change) if change else Verdict.NOT_COMPARABLE,
             "data wait (ms)": _scaled(point.get("data_wait_s"), 1e3),
             "wait share": point.get("data_wait_share"),
             "loader CPU (cores)": _scaled(point.get("child_cpu_util_mean"), 1e-2),
@@ -72,13 +73,13 @@ def _scaled(value, scale: float):
     return None if _missing(value) else value * scale
 
 
-def _inflation_verdict(change: dict) -> str:
+def _inflation_verdict(change: dict) -> Verdict:
     """slower / not significant / faster than the synthetic step (a loader never makes it faster:
     that reads as noise)."""
     low, high = change.get("step_change_low"), change.get("step_change_high")
     if _missing(low) or _missing(high):
-        return "no interval"
-    return "slower" if low > 0 else "faster" if high < 0 else NOT_SIGNIFICANT
+        return Verdict.NO_INTERVAL
+    return Verdict.SLOWER if low > 0 else Verdict.FASTER if high < 0 else Verdict.NOT_SIGNIFICANT
 
 
 def best_loaders(table: pd.DataFrame) -> pd.DataFrame:

@@ -11,8 +11,8 @@ thumbnails against the same tolerance is a (necessary) check two records can mak
 from __future__ import annotations
 
 import hashlib
+import math
 import resource
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +22,7 @@ import numpy as np
 import psutil
 import torch
 
+from benchbay.analysis.stats import coefficient_of_variation
 from benchbay.collect.system import SystemSampler, tree_cpu_seconds
 
 FRAME_TOLERANCE = 1.0
@@ -113,11 +114,11 @@ class CpuWindow:
         assert self._begin is not None and self._end is not None, "summary() after start() and stop()"
         wall, cpu = self._end[0] - self._begin[0], self._end[1] - self._begin[1]
         util = self._sampler.series["cpu_util"]
-        sampled_mean = statistics.fmean(util) if util else 0.0
+        cv = coefficient_of_variation(util)
         return {"cpu_time_s": cpu, "cpu_wall_s": wall,
                 # the mean from the CPU seconds themselves; the samples give the spread
                 "cpu_util_mean": 100.0 * cpu / wall if wall > 0 else None,
-                "cpu_util_cv": statistics.pstdev(util) / sampled_mean if len(util) > 1 and sampled_mean else None,
+                "cpu_util_cv": None if math.isnan(cv) else cv,
                 "cpu_util_samples": len(util)}
 
 

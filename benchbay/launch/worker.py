@@ -28,6 +28,7 @@ from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
 from benchbay.launch.process import PHASE_MARK, STACK_DUMP_LEAD_S, die_with_parent
+from benchbay.record import Status
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
 
@@ -118,11 +119,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     knobs = spec["knobs"]
     torch.manual_seed(knobs.get("seed", 0))
     workload = registry.resolve(spec["workload"])(spec["params"], knobs, device)
-    result: dict[str, Any] = {"status": "ok", "reason": None, "rank": rank, "world_size": world,
+    result: dict[str, Any] = {"status": Status.OK, "reason": None, "rank": rank, "world_size": world,
                               "metrics": {}, "series": {}, "extra": {}}
     reason = workload.harness_skip_reason(world) or workload.skip_reason()
     if reason:
-        return {**result, "status": "skipped", "reason": reason}
+        return {**result, "status": Status.SKIPPED, "reason": reason}
     needs_group = world > 1 or knobs.get("sharding", "none") != "none"
     if needs_group:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device
@@ -143,7 +144,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     bad = [i for i, x in enumerate(result["series"]["losses"]) if not math.isfinite(x)]
     if bad:
         loss = result["series"]["losses"][bad[0]]
-        result.update(status="diverged", reason=f"non-finite loss at step {bad[0]} ({loss})")
+        result.update(status=Status.DIVERGED, reason=f"non-finite loss at step {bad[0]} ({loss})")
     return result
 
 
@@ -221,9 +222,9 @@ def _failure(exc: BaseException, step_index: int, device: torch.device, after_st
     tail = "".join(traceback.format_exception(exc))[-4000:]
     if isinstance(exc, torch.OutOfMemoryError) or any(m in str(exc).lower() for m in OOM_MARKERS):
         where = "while building" if step_index < 0 else f"at step {step_index}"
-        return {"status": "oom", "reason": f"out of memory {where}: {str(exc).splitlines()[0][:300]}",
+        return {"status": Status.OOM, "reason": f"out of memory {where}: {str(exc).splitlines()[0][:300]}",
                 "metrics": {"oom_step": step_index, **memory.current(device)}, "traceback": tail}
-    return {"status": "error", "reason": message[:2000], "traceback": tail,
+    return {"status": Status.ERROR, "reason": message[:2000], "traceback": tail,
             "metrics": {"error_step": step_index}}
 
 
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         path = path.with_name(f"{path.stem}.rank{result['rank']}{path.suffix}")
     write_atomic(path, result)
     # non-zero lets torchrun tear down the other ranks of a failed point
-    return 0 if result["status"] in ("ok", "skipped", "diverged") else 1
+    return 0 if result["status"] in (Status.OK, Status.SKIPPED, Status.DIVERGED) else 1
 
 
 if __name__ == "__main__":

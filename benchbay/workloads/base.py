@@ -84,12 +84,18 @@ class Workload:
         if unknown:
             raise ValueError(f"{self.name}: unknown params {sorted(unknown)}; known: {sorted(self.params)}")
         self.params = {**type(self).params, **params}
-        self.knob_values = knobs
+        from benchbay.knobs import defaults_for  # benchbay.knobs imports this module
+
+        self.knob_values = {**defaults_for(type(self)), **knobs}  # every knob: its default where not given
         self.device = device
 
     @property
     def mbs(self) -> int:
-        return int(self.knob_values.get("mbs", 1))
+        return int(self.knob("mbs"))
+
+    def knob(self, name: str) -> Any:
+        """This point's value of a knob (generic or the workload's own)."""
+        return self.knob_values[name]
 
     def samples_per_step(self) -> int:
         return self.mbs

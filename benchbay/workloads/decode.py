@@ -75,13 +75,12 @@ class Decode(StepWorkload):
 
     def __init__(self, params: dict[str, Any], knobs: dict[str, Any], device: torch.device):
         super().__init__(params, knobs, device)
-        self.knob_values = {**{name: choice.default for name, choice in type(self).knobs.items()}, **knobs}
         k = self.knob_values
         self.backend_name = k["backend"]
         self.settings = Settings(mode=k["mode"], threads=None if k["threads"] == "mode" else k["threads"],
                                  device=k["device"], seek_mode=None if k["seek_mode"] == "mode" else k["seek_mode"],
                                  keep_open=k["keep_open"])
-        self.seed = int(k.get("seed", 0))
+        self.seed = int(k["seed"])
 
     # ---- protocol -------------------------------------------------------------------------------
     def skip_reason(self) -> str | None:

@@ -1,6 +1,6 @@
 """DreamZero presets: the trained CausalWanModel, the frozen encoders and one DROID sample's shapes.
 
-Real presets follow models.md (DreamZero-5B on Wan2.2-TI2V-5B, DreamZero-14B on Wan2.1-I2V-14B);
+Real presets follow docs/architecture.md (DreamZero-5B on Wan2.2-TI2V-5B, DreamZero-14B on Wan2.1-I2V-14B);
 the tiny ones run the same code path at toy widths for CPU tests (still 33 frames -> 9 latent
 frames -> 4 blocks, 96 actions, 4 states, so the attention pattern keeps its real structure).
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class TransformerConfig:
-    """CausalWanModel widths (models.md, module inventory)."""
+    """CausalWanModel widths (docs/architecture.md, DreamZero: the trained transformer)."""
 
     dim: int
     layers: int

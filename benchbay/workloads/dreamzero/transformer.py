@@ -1,4 +1,4 @@
-"""CausalWanModel: the trained DreamZero transformer (models.md, module inventory).
+"""CausalWanModel: the trained DreamZero transformer (docs/architecture.md, DreamZero).
 
 Teacher forcing: one sequence [clean latent tokens | noisy latent tokens | action tokens | state
 tokens] runs through every block; the self-attention pattern (mask.py) keeps it causal per block.

@@ -29,10 +29,6 @@ from benchbay.workloads.dreamzero.flow import FlowMatching, HostSyncFlowMatching
 from benchbay.workloads.dreamzero.transformer import KERNELS, CausalWanModel
 from benchbay.workloads.dreamzero.video import DroidCanvas
 
-# generic knobs this workload reads (the harness passes every knob; tests may pass a few)
-_GENERIC_DEFAULTS = {"cuda_graph": "off", "recompute": "off", "recompute_impl": "non_reentrant",
-                     "compile": "off", "precision": "bf16_mixed", "seed": 0}
-
 
 class DreamZero(TrainingWorkload):
     name = "dreamzero"
@@ -68,10 +64,6 @@ class DreamZero(TrainingWorkload):
         self.preset: Preset = preset(self.params["preset"], self.params["layers"])
         self.layout = self.preset.layout()
         self.feed: VideoFeed | None = None  # data=video: made in build
-
-    def knob(self, name: str) -> Any:
-        default = self.knobs[name].default if name in self.knobs else _GENERIC_DEFAULTS[name]
-        return self.knob_values.get(name, default)
 
     # --- protocol -----------------------------------------------------------------------------
     def skip_reason(self) -> str | None:

@@ -54,9 +54,6 @@ class WallX(TrainingWorkload):
         self._vision: VisionInputs | None = None
         self.feed: VideoFeed | None = None  # data=video: made in build
 
-    def knob(self, name: str):
-        return self.knob_values.get(name, self.knobs[name].default)
-
     @property
     def layers(self) -> int:
         return self.params["layers"] or self.preset.text["num_hidden_layers"]
@@ -69,7 +66,7 @@ class WallX(TrainingWorkload):
             if self.knob(name) != "flash":
                 continue
             reason = varlen_unavailable(self.device)
-            if reason is None and self.knob_values.get("precision") == "fp32":
+            if reason is None and self.knob("precision") == "fp32":
                 reason = "FlashAttention takes bf16/fp16 only (precision=fp32)"
             if reason:
                 return f"{name}=flash: {reason}"
@@ -86,7 +83,7 @@ class WallX(TrainingWorkload):
             set_implementations(vlm, self.knob("attention"), self.knob("vision_attention"))
             model = WallXModel(vlm, self.preset, self.layout, self.knob("attention"), self.knob("lm_head"))
         if self.knob("data") == "video":
-            seed = int(self.knob_values.get("seed", 0))
+            seed = int(self.knob("seed"))
             dataset = open_dataset(self.params, self.video_preset, seed)
             self.feed = VideoFeed(dataset, CurrentFrame(dataset, seed), QwenPatches(self.preset),
                                   {name: self.knob(name) for name in VIDEO_KNOBS}, self.mbs)

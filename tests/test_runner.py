@@ -94,6 +94,7 @@ timeout: 30
     # a hang names its phase and where it stood (the worker's stacks, dumped before the kill)
     assert "30 s" in by_label["hang"]["reason"] and "in phase 'first step" in by_label["hang"]["reason"]
     assert "tinywork.py" in by_label["hang"]["reason"] and "in loss" in by_label["hang"]["reason"]
+    assert "processes: python" in by_label["hang"]["reason"] and "sleeping" in by_label["hang"]["reason"]
     assert "non-finite loss at step 0" in by_label["nan"]["reason"]
     assert "ValueError: fixture failure" in by_label["raise"]["reason"]
     # a failure after the measured steps (the workload's own figures) is an error with its traceback

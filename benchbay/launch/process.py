@@ -77,22 +77,41 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
     # a cold compile cache per point: first-step (compile) times must not depend on earlier points
     env["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "inductor")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
-    timed_out = False
+    timed_out, state = False, ""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command(spec_path, result_path, launch), stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True, preexec_fn=die_with_parent)
         try:
             proc.wait(timeout=spec.timeout)
         except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out, state = True, tree_state(proc.pid)
             _kill(proc)
         except BaseException:
             _kill(proc)
             raise
     results = [json.loads(p.read_text()) for p in sorted(workdir.glob("result*.json"))]
     log = log_path.read_text(errors="replace")
-    # a hang: the phase it was in and where it stood, wherever they are in the log
-    return Finished(results, proc.returncode, timed_out, log[-3000:], stall_summary(log) if timed_out else "")
+    # a hang: the phase it was in, where it stood (wherever they are in the log), what its processes did
+    stall = "; ".join(filter(None, [stall_summary(log), state])) if timed_out else ""
+    return Finished(results, proc.returncode, timed_out, log[-3000:], stall)
+
+
+def tree_state(pid: int) -> str:
+    """What the processes of a stalled point were doing when it was killed, as the OS saw it: each
+    process's state and the CPU it had used (sleeping with little CPU: waiting; running: a loop in
+    C or Python; disk-sleep: blocked in the kernel, e.g. a driver call)."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return ""
+    parts = []
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            cpu = p.cpu_times()
+            parts.append(f"{p.name()} {p.pid}: {p.status()}, {cpu.user + cpu.system:.1f} s CPU, "
+                         f"{p.num_threads()} threads")
+    return "processes: " + ", ".join(parts) if parts else ""
 
 
 def die_with_parent() -> None:

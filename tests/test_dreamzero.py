@@ -297,19 +297,10 @@ def test_gpu_host_syncs_are_the_official_ones_only():
 def test_gpu_selective_recompute_keeps_flex_attention():
     """FlexAttention's outputs are in the selective save list: backward runs no flex forward
     (compiled blocks: eager selective checkpointing would run flex uncompiled, so it is refused)."""
-    from tests.test_knobs import _AttentionCalls
+    from tests.test_knobs import attention_calls_in_backward
 
-    device = torch.device("cuda")
-    values = {**knob_table.defaults_for(DreamZero), "attention": "flex", "recompute": "selective", "mbs": 1,
-              "compile": "blocks"}
-    workload = DreamZero({"preset": "dreamzero-tiny"}, values, device)
-    torch.manual_seed(0)
-    step = training.prepare(workload, values, device)
-    with step.autocast():
-        loss, _ = workload.loss(step.model, workload.batch(0))
-    with _AttentionCalls() as calls:
-        loss.backward()
-    assert calls.forward == 0
+    knobs = {"attention": "flex", "recompute": "selective", "compile": "blocks"}
+    assert attention_calls_in_backward(knobs, torch.device("cuda")) == 0
 
 
 class _OpCounts(TorchDispatchMode):

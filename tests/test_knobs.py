@@ -139,18 +139,23 @@ class _AttentionCalls(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def attention_calls_in_backward(knobs: dict, device: torch.device) -> int:
+    """Forward attention kernels run by the backward of one harness step on the DreamZero tiny preset."""
+    values = {**knob_table.defaults_for(DreamZero), "mbs": 1, **knobs}
+    workload = DreamZero({"preset": "dreamzero-tiny"}, values, device)
+    torch.manual_seed(0)
+    step = training.prepare(workload, values, device)
+    with step.autocast():
+        loss, _ = workload.loss(step.model, workload.batch(0))
+    with _AttentionCalls() as calls:
+        loss.backward()
+    return calls.forward
+
+
 @pytest.mark.parametrize("attention", ["sdpa", "blockwise"])
 @pytest.mark.parametrize("mode, recomputed", [("selective", False), ("full", True), ("off", False)])
 def test_selective_recompute_keeps_attention_outputs(attention, mode, recomputed):
     """Through the harness, on the DreamZero tiny step: backward re-runs the attention kernels
     under full recompute only; selective keeps their outputs (its save list names them)."""
-    values = {**knob_table.defaults_for(DreamZero), "precision": "fp32", "attention": attention, "recompute": mode,
-              "mbs": 1}
-    workload = DreamZero({"preset": "dreamzero-tiny"}, values, CPU)
-    torch.manual_seed(0)
-    step = training.prepare(workload, values, CPU)
-    with step.autocast():
-        loss, _ = workload.loss(step.model, workload.batch(0))
-    with _AttentionCalls() as calls:
-        loss.backward()
-    assert (calls.forward > 0) == recomputed
+    calls = attention_calls_in_backward({"precision": "fp32", "attention": attention, "recompute": mode}, CPU)
+    assert (calls > 0) == recomputed

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from benchbay.analysis.breakdown import point_changes
 from benchbay.analysis.compare import Verdict
-from benchbay.analysis.frame import knob_columns, param_columns
+from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.record import Status
 
 #: the video knobs of benchbay.decode.feed.VIDEO_KNOBS (kept in step by a test; analysis stays light)
@@ -60,24 +59,20 @@ def inflation_table(summary: pd.DataFrame) -> pd.DataFrame:
             "data wait (ms)": _scaled(point.get("data_wait_s"), 1e3),
             "wait share": point.get("data_wait_share"),
             "loader CPU (cores)": _scaled(point.get("child_cpu_util_mean"), 1e-2),
-            "GPU idle share": None if _missing(point.get("gpu_util_mean")) else 1 - point["gpu_util_mean"] / 100,
+            "GPU idle share": None if is_missing(point.get("gpu_util_mean")) else 1 - point["gpu_util_mean"] / 100,
         })
     return pd.DataFrame(rows)
 
 
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and not np.isfinite(value))
-
-
 def _scaled(value, scale: float):
-    return None if _missing(value) else value * scale
+    return None if is_missing(value) else value * scale
 
 
 def _inflation_verdict(change: dict) -> Verdict:
     """slower / not significant / faster than the synthetic step (a loader never makes it faster:
     that reads as noise)."""
     low, high = change.get("step_change_low"), change.get("step_change_high")
-    if _missing(low) or _missing(high):
+    if is_missing(low) or is_missing(high):
         return Verdict.NO_INTERVAL
     return Verdict.SLOWER if low > 0 else Verdict.FASTER if high < 0 else Verdict.NOT_SIGNIFICANT
 
@@ -90,7 +85,7 @@ def best_loaders(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (workload, mbs), group in table.groupby(["workload", "mbs"], dropna=False):
         best = group.sort_values("step (s)").iloc[0]
-        within = not _missing(best["inflation_change"]) and best["inflation_change"] <= WITHIN
+        within = not is_missing(best["inflation_change"]) and best["inflation_change"] <= WITHIN
         rows.append({"workload": workload, "mbs": mbs, **{k: best[k] for k in LOADER},
                      "inflation_change": best["inflation_change"], "verdict": best["verdict"],
                      f"within {WITHIN:.0%} of synthetic": "yes" if within else "no",
@@ -100,7 +95,7 @@ def best_loaders(table: pd.DataFrame) -> pd.DataFrame:
 
 def _bound(row: pd.Series) -> str:
     share = row["wait share"]
-    if not _missing(share) and share > WITHIN / 2:
+    if not is_missing(share) and share > WITHIN / 2:
         return f"the wait for batches ({share:.0%} of the step): decoding slower than the step"
     return "the step itself on the host (little wait): the loader's CPU competes with kernel launches"
 
@@ -119,7 +114,7 @@ def workers_claim(table: pd.DataFrame) -> pd.DataFrame:
         most = group.sort_values("num_workers").iloc[-1]
         slower = most["step (s)"] / best["step (s)"] - 1
         # the two intervals are against the same synthetic step: disjoint means a real difference
-        separated = (not _missing(most["inflation_change_low"]) and not _missing(best["inflation_change_high"])
+        separated = (not is_missing(most["inflation_change_low"]) and not is_missing(best["inflation_change_high"])
                      and most["inflation_change_low"] > best["inflation_change_high"])
         verdict = ("reproduced" if separated else "the best count" if most["num_workers"] == best["num_workers"]
                    else "not reproduced (not significant)")

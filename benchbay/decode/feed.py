@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
 
 from benchbay.decode.backends import BACKENDS, Settings
 from benchbay.decode.clips import PRESETS, VideoDataset, cached_dataset
-from benchbay.decode.loader import DecodeDataset, worker_threads
+from benchbay.decode.loader import DecodeDataset, make_loader, worker_threads
 from benchbay.decode.patterns import Pattern
 from benchbay.workloads.base import Choice
 
@@ -79,16 +78,12 @@ class VideoFeed:
     def __init__(self, dataset: VideoDataset, pattern: Pattern, pipeline: SamplePipeline, knobs: dict[str, Any],
                  batch_size: int):
         settings = Settings(mode="loader", device=knobs["video_device"])
-        workers = knobs["num_workers"]
-        self.backlog = workers * knobs["prefetch_factor"]
+        self.backlog = knobs["num_workers"] * knobs["prefetch_factor"]
         self.dataset = dataset
-        # workers are spawned, never forked: a fork copies the parent's threads' locks (samplers,
-        # decoder and OpenMP pools, CUDA)
-        self.loader = DataLoader(_Frames(DecodeDataset(pattern, knobs["video_backend"], settings), pipeline),
-                                 batch_size=batch_size, num_workers=workers,
-                                 prefetch_factor=knobs["prefetch_factor"] if workers else None,
-                                 pin_memory=knobs["pin_memory"] and torch.cuda.is_available(),
-                                 multiprocessing_context="spawn" if workers else None)
+        self.loader = make_loader(_Frames(DecodeDataset(pattern, knobs["video_backend"], settings), pipeline),
+                                  batch_size=batch_size, num_workers=knobs["num_workers"],
+                                  prefetch_factor=knobs["prefetch_factor"], pin_memory=knobs["pin_memory"],
+                                  collate_fn=None)
         self._batches = None
 
     def next(self) -> torch.Tensor:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -102,11 +102,12 @@ def worker_threads() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def make_loader(dataset: DecodeDataset, *, batch_size: int, num_workers: int, prefetch_factor: int,
-                pin_memory: bool) -> DataLoader:
+def make_loader(dataset: Dataset, *, batch_size: int, num_workers: int, prefetch_factor: int, pin_memory: bool,
+                collate_fn: Callable[[list[Any]], Any] | None = collate) -> DataLoader:
+    """A DataLoader as a training job makes one (``collate_fn`` None: torch's default collation)."""
     # workers are spawned, never forked: a fork copies the parent's threads' locks (the CPU sampler,
     # decoder and OpenMP pools), and a forked worker deadlocked on CPU and crashed under a CUDA parent
-    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate,
+    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_fn,
                       prefetch_factor=prefetch_factor if num_workers else None,
                       pin_memory=pin_memory and torch.cuda.is_available(),
                       multiprocessing_context="spawn" if num_workers else None)

@@ -37,7 +37,8 @@ GENERIC: dict[str, Knob] = {
                        "step: the compiled regions' forward+backward as CUDA graphs", ("off", "attention", "step")),
     "sharding": Knob("none", "data parallelism", ("none", "ddp", "fsdp2_full", "fsdp2_grad_op", "fsdp2_hybrid")),
     "replicate": Knob(1, "fsdp2_hybrid: replica groups (the rest of the world shards)", type=int),
-    "offload": Knob("none", "optimizer: optimizer state and step on the CPU (torch's fused CPU AdamW)",
+    "offload": Knob("none", "optimizer: optimizer state and step on the CPU (the workload's optimizer over "
+                    "CPU tensors: DreamZero's is torch's fused CPU AdamW)",
                     ("none", "optimizer")),
     "offload_shards": Knob(1, "offload=optimizer without sharding: ZeRO-2's split of the optimizer state over "
                            "this many ranks; this process steps its 1/N share (official DreamZero-5B: 4)", type=int),

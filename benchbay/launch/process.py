@@ -123,11 +123,6 @@ def die_with_parent() -> None:
         pass
 
 
-#: a worker dumps its threads' stacks into its log this long before its point's timeout
-#: (faulthandler's own watchdog thread: it works while the main thread is blocked in C code)
-STACK_DUMP_LEAD_S = 5.0
-
-
 def _kill(proc: subprocess.Popen) -> None:
     """SIGKILL the point's process group and every descendant: torchrun starts each rank in a
     session of its own, so killing torchrun's group alone would leave hung ranks running."""

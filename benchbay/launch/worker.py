@@ -27,7 +27,7 @@ from benchbay.collect import memory
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
-from benchbay.launch.process import PHASE_MARK, STACK_DUMP_LEAD_S, die_with_parent
+from benchbay.launch.process import PHASE_MARK, die_with_parent
 from benchbay.record import Status
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
@@ -75,6 +75,9 @@ class _NoProfiler(contextlib.nullcontext):
 
 
 PROFILED_STEPS = 3
+#: a point dumps its threads' stacks into its log this long before its timeout (faulthandler's own
+#: watchdog thread: it works while the main thread is blocked in C code)
+STACK_DUMP_LEAD_S = 5.0
 
 
 def _profiler(spec: dict[str, Any], steps: dict[str, Any]):

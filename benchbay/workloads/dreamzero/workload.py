@@ -77,7 +77,7 @@ class DreamZero(TrainingWorkload):
                 and self.knob("recompute_impl") == "non_reentrant"):
             return ("cuda_graph=attention inside non-reentrant activation checkpointing fails ('graph recording "
                     "observed an input tensor deallocate', PT #154306): use recompute_impl=reentrant, as RLinf does")
-        if reason := video_unavailable(self._video_knobs(), self.params, self.video_preset):
+        if reason := video_unavailable(self.knob_values, self.params, self.video_preset):
             return reason
         if self.knob("frozen_encoders") == "cached":
             ignored = [f"{k}={self.knob(k)}" for k in ("encoders", "duplicate_vae_encode", "data", "encoders_compile")
@@ -108,7 +108,7 @@ class DreamZero(TrainingWorkload):
         if self.knob("data") == "video":
             dataset = open_dataset(self.params, self.video_preset, int(self.knob("seed")))
             self.feed = VideoFeed(dataset, DreamZeroFullClip(dataset, int(self.knob("seed"))),
-                                  DroidCanvas(self.preset.sample), self._video_knobs(), self.mbs)
+                                  DroidCanvas(self.preset.sample), self.knob_values, self.mbs)
         if self.knob("frozen_encoders") == "cached":
             g = self._generator(-1)
             self.cached = encoders.encode(self._video(g), *self._prompt(g), per_sample=False,
@@ -201,9 +201,6 @@ class DreamZero(TrainingWorkload):
 
     def _generator(self, step: int) -> torch.Generator:
         return torch.Generator(self.device).manual_seed(self._seed(step))
-
-    def _video_knobs(self) -> dict[str, Any]:
-        return {name: self.knob(name) for name in VIDEO_KNOBS}
 
     def _video(self, g: torch.Generator) -> torch.Tensor:
         """A random uint8 canvas clip (B, 3, frames, H, W)."""

@@ -59,7 +59,7 @@ class WallX(TrainingWorkload):
         return self.params["layers"] or self.preset.text["num_hidden_layers"]
 
     def skip_reason(self) -> str | None:
-        if reason := video_unavailable({name: self.knob(name) for name in VIDEO_KNOBS}, self.params,
+        if reason := video_unavailable(self.knob_values, self.params,
                                        self.video_preset):
             return reason
         for name in ("attention", "vision_attention"):
@@ -86,7 +86,7 @@ class WallX(TrainingWorkload):
             seed = int(self.knob("seed"))
             dataset = open_dataset(self.params, self.video_preset, seed)
             self.feed = VideoFeed(dataset, CurrentFrame(dataset, seed), QwenPatches(self.preset),
-                                  {name: self.knob(name) for name in VIDEO_KNOBS}, self.mbs)
+                                  self.knob_values, self.mbs)
         return ModelParts(model=model, regions={"backbone": list(vlm.model.language_model.layers),
                                                 "vision": list(vlm.model.visual.blocks)})
 

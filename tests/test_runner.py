@@ -12,7 +12,7 @@ import pytest
 
 from benchbay import store
 from benchbay.collect.health import CpuSnapshot, HealthCheck, cpu_load, machine_warnings, point_warnings
-from benchbay.runner import SuiteRunner
+from benchbay.runner import SuiteRunner, derived_metrics
 from benchbay.suite import load
 from tests.conftest import TINY, benchbay_cmd, write_suite
 
@@ -200,6 +200,15 @@ timeout: 120
 
 
 # ---- the machine's health around a point ---------------------------------------------------------
+
+def test_a_loaders_throughput_is_what_it_delivered_not_its_median_wait():
+    waits = {"step_time_s": 0.0014, "samples_per_step": 1}  # batches its workers had ready
+    assert derived_metrics(waits, {"loader_samples_per_s": 54.0}, 1, None)["samples_per_s"] == 54.0
+    unrated = derived_metrics(waits, {"loader_samples_per_s": None}, 1, None)
+    assert unrated["samples_per_s"] is None and unrated["samples_per_s_per_gpu"] is None
+    step = derived_metrics({"step_time_s": 0.5, "samples_per_step": 4, "flops_per_sample": 1e12}, {}, 2, 1e14)
+    assert step["samples_per_s"] == 16 and step["samples_per_s_per_gpu"] == 8 and step["mfu"] == 0.08
+
 
 def test_other_load_is_the_busy_time_the_point_did_not_use():
     start = CpuSnapshot(perf_t=0.0, wall_t=1000.0, busy_s=100.0, own_s=10.0,

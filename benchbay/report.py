@@ -27,6 +27,7 @@ import pandas as pd
 from benchbay.analysis import data_loading, plots
 from benchbay.analysis.breakdown import leave_one_out, waterfall
 from benchbay.analysis.frame import is_missing
+from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL
 from benchbay.analysis.mfu import peak_sources
 from benchbay.analysis.quality import MACHINE_WARNINGS, NOISY_CV, POINT_WARNINGS, warnings_of
 from benchbay.analysis.scaling import plot_scaling, scaling_table
@@ -115,7 +116,8 @@ DISPLAY_NAMES = {
     "break_even_steps": "break-even (steps)", "step_change": "step time change [CI]",
     "throughput_change": "throughput change [CI]", "speedup": "speed-up", "first_failing": "first failing",
     "largest_ok": "largest ok", "eager_point": "eager point", "final_loss": "final loss",
-    "max_abs_diff": "max abs diff from first", "step_time_cv": "CV", "peak_host_rss_gib": "peak host RSS (GiB)",
+    "max_abs_diff": "max abs diff from first", "max_rel_diff": "max rel diff", "within_tolerance": "within tolerance",
+    "step_time_cv": "CV", "peak_host_rss_gib": "peak host RSS (GiB)",
     "inflation_change": "inflation vs synthetic [CI]", "most vs best_change": "most vs best workers",
 }
 
@@ -269,7 +271,10 @@ def _loss_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: Path) 
         return []
     blocks: list[Block] = [Heading("Loss curves of equivalent points", 3),
                            Image(figure, "losses of points that should train alike")]
-    blocks += [Table(display(loss_agreement(g)), f"group {i + 1}") for i, g in enumerate(groups)]
+    tolerance = {"rtol": LOSS_RTOL, "atol": LOSS_ATOL, **(meta.get("equivalent_tolerance") or {})}
+    blocks.append(Text(f"Within tolerance: every step's loss within {tolerance['atol']:g} + "
+                       f"{tolerance['rtol']:.1%} of the group's first point's (same seed, same data)."))
+    blocks += [Table(display(loss_agreement(g, **tolerance)), f"group {i + 1}") for i, g in enumerate(groups)]
     return blocks
 
 

@@ -201,7 +201,7 @@ def _apply_override(raw: dict[str, Any], item: str, file: str) -> None:
 
 
 _TOP_KEYS = {"name", "description", "workload", "knobs", "sweep", "steps", "repeats", "timeout", "devices",
-             "breakdown", "gate", "profile", "equivalent"}
+             "breakdown", "gate", "profile", "equivalent", "equivalent_tolerance"}
 
 
 def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
@@ -238,6 +238,12 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
         for j, label in enumerate(group):
             if label not in labels:
                 v.error(f"equivalent[{i}][{j}]", f"a label of sweep.points, got {label!r}")
+    tolerance = v.mapping(raw, "equivalent_tolerance")  # the report's loss check: atol + rtol * |first|
+    for key, value in tolerance.items():
+        if key not in ("rtol", "atol"):
+            v.error(f"equivalent_tolerance.{key}", "rtol or atol")
+        elif not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            v.error(f"equivalent_tolerance.{key}", f"a number >= 0, got {value!r}")
     v.raise_if_any()
     suite = Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
                   params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,

@@ -99,7 +99,8 @@ def test_unsupported_combinations_are_skipped_with_a_reason(knobs, reason):
 
 
 #: the only generic knob values the tiny CPU workload cannot run, and why
-EXPECTED_SKIPS = {("cuda_graph", "attention"): "does not support it", ("cuda_graph", "step"): "needs a CUDA device"}
+EXPECTED_SKIPS = {("cuda_graph", "attention"): "does not support it", ("cuda_graph", "step"): "needs a CUDA device",
+                  ("cudnn_benchmark", True): "needs a CUDA device"}
 
 
 def test_every_generic_knob_value_runs_or_is_skipped():

@@ -26,6 +26,7 @@ from benchbay.analysis.tables import (
     combined_status,
     effective_throughput,
     equivalent_groups,
+    loss_agreement,
     point_summary,
     sweep_table,
 )
@@ -165,6 +166,16 @@ def test_loss_groups_pair_points_that_differ_in_compile_or_graphs_only(train):
     assert groups == [["+attention", "+compile", "+cuda_graph"], ["+selective", "best-cuda_graph"]]
     assert [sorted(g["name"]) for g in equivalent_groups(train, [["baseline", "best-attention"]])] == \
         [["baseline", "best-attention"]]
+
+
+def test_loss_agreement_says_which_points_stay_within_the_tolerance():
+    group = pd.DataFrame({"name": ["eager", "compiled", "drifted"],
+                          "losses": [[4.0, 3.0, 2.0], [4.01, 3.0, 2.02], [4.0, 3.5, 2.0]]})
+    table = loss_agreement(group, rtol=0.02, atol=0.0).set_index("point")
+    assert list(table["within_tolerance"][:2]) == ["yes", "yes"]
+    assert table.loc["drifted", "within_tolerance"] == "no (step 1: 3.5 vs 3)"
+    assert table.loc["drifted", "max_abs_diff"] == pytest.approx(0.5)
+    assert table.loc["compiled", "max_rel_diff"] == pytest.approx(0.01)
 
 
 # --- breakdown -----------------------------------------------------------------------------------

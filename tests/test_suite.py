@@ -68,6 +68,7 @@ steps: {{warmup: -1, measure: 0, steady: later}}
 repeats: zero
 devices: {{type: tpu, torchrun: "yes"}}
 breakdown: [nope]
+equivalent_tolerance: {{rtol: -1, relative: 0.1}}
 extra_key: 1
 """)
     with pytest.raises(SuiteError) as info:
@@ -83,7 +84,8 @@ extra_key: 1
     assert "one of ['off', 'full', 'selective']" in problems["knobs.recompute"]
     assert "blocks" in problems["knobs.compile"]
     for key in ("sweep.grid.mbs", "sweep.zip", "steps.warmup", "steps.measure", "steps.steady", "repeats",
-                "devices.type", "devices.torchrun", "sweep.search.step", "breakdown[0]", "extra_key"):
+                "devices.type", "devices.torchrun", "sweep.search.step", "breakdown[0]", "extra_key",
+                "equivalent_tolerance.rtol", "equivalent_tolerance.relative"):
         assert key in problems, (key, text)
 
 

@@ -40,6 +40,8 @@ from benchbay.markdown import markdown_table
 from benchbay.record import Status
 
 DEFAULT_THRESHOLDS = ("step_time:median:5%",)
+#: loss curves that should train alike: bf16 eager against compiled (kernels reorder sums)
+LOSS_RTOL, LOSS_ATOL = 0.02, 1e-3
 _MAX_TABLE_ROWS = 20  # a CI summary should stay short
 
 
@@ -213,8 +215,8 @@ def loss_equivalence(
     reference_label: str,
     candidate_label: str,
     *,
-    rtol: float = 0.02,
-    atol: float = 1e-3,
+    rtol: float = LOSS_RTOL,
+    atol: float = LOSS_ATOL,
     where: Mapping[str, Any] | None = None,
 ) -> LossEquivalence:
     """Does the candidate's loss follow the reference's at every step?
@@ -225,7 +227,13 @@ def loss_equivalence(
     ``rtol=1e-3`` for runs that should repeat bit-for-bit. ``where`` narrows each label to one
     point when a label spans several (e.g. ``{"mbs": 4}``); the first repeat is used.
     """
-    ref, cand = _loss_curve(df, reference_label, where), _loss_curve(df, candidate_label, where)
+    return compare_losses(_loss_curve(df, reference_label, where), _loss_curve(df, candidate_label, where),
+                          reference_label, candidate_label, rtol=rtol, atol=atol)
+
+
+def compare_losses(ref: np.ndarray, cand: np.ndarray, reference_label: str, candidate_label: str, *,
+                   rtol: float = LOSS_RTOL, atol: float = LOSS_ATOL) -> LossEquivalence:
+    """Two loss curves step by step (see :func:`loss_equivalence`)."""
     n = min(ref.size, cand.size)
     diff = np.abs(cand[:n] - ref[:n])
     within = diff <= atol + rtol * np.abs(ref[:n])  # False for NaN

@@ -18,6 +18,7 @@ import pandas as pd
 
 from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
+from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
 from benchbay.analysis.mfu import mfu_column
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import coefficient_of_variation
@@ -226,13 +227,16 @@ def equivalent_groups(summary: pd.DataFrame, label_groups: Sequence[Sequence[str
     return [g for g in groups if len(g) > 1]
 
 
-def loss_agreement(group: pd.DataFrame) -> pd.DataFrame:
-    """Each member's final loss and largest absolute loss difference from the group's first member."""
+def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = LOSS_ATOL) -> pd.DataFrame:
+    """Each member's final loss, its largest differences from the group's first member and whether
+    every step stays within ``atol + rtol * |first|`` (gate.compare_losses)."""
     reference = np.asarray(group["losses"].iloc[0], dtype=float)
+    first = str(group["name"].iloc[0])
     rows = []
     for _, row in group.iterrows():
         losses = np.asarray(row["losses"], dtype=float)
-        n = min(losses.size, reference.size)
+        check = compare_losses(reference, losses, first, str(row["name"]), rtol=rtol, atol=atol)
         rows.append({"point": row["name"], "steps": losses.size, "final_loss": losses[-1],
-                     "max_abs_diff": float(np.max(np.abs(losses[:n] - reference[:n]))) if n else np.nan})
+                     "max_abs_diff": check.max_abs_diff, "max_rel_diff": check.max_rel_diff,
+                     "within_tolerance": "yes" if check.passed else f"no ({check.message})"})
     return pd.DataFrame(rows)

@@ -45,6 +45,9 @@ GENERIC: dict[str, Knob] = {
     "alloc": Knob("default", "CUDA caching allocator setting", ("default", "expandable_segments")),
     "deterministic": Knob(False, "torch.use_deterministic_algorithms (strict: an op without a "
                           "deterministic kernel fails the point)", (False, True)),
+    "cudnn_benchmark": Knob(False, "torch.backends.cudnn.benchmark: time cuDNN's convolution algorithms at each "
+                            "new shape and keep the fastest (DreamZero's VAE conv3d, Qwen2.5-VL's patch embedding)",
+                            (False, True)),
     "ddp_static_graph": Knob(False, "DDP static_graph", (False, True)),
     "ddp_gradient_as_bucket_view": Knob(False, "DDP gradient_as_bucket_view", (False, True)),
     "ddp_bucket_cap_mb": Knob(25, "DDP bucket_cap_mb", type=int),

@@ -29,6 +29,10 @@ def skip_reason(workload: TrainingWorkload, knobs: dict[str, Any], device: torch
                 f"(supports {', '.join(graphs)})")
     if knobs["recompute"] == "selective" and knobs["recompute_impl"] == "reentrant":
         return "recompute=selective needs recompute_impl=non_reentrant (selective checkpoint contexts)"
+    if knobs["cudnn_benchmark"] and device.type != "cuda":
+        return f"cudnn_benchmark=True picks cuDNN's algorithms: it needs a CUDA device (running on {device.type})"
+    if knobs["cudnn_benchmark"] and knobs["deterministic"]:
+        return "cudnn_benchmark=True may pick non-deterministic algorithms: it contradicts deterministic=True"
     if knobs["cuda_graph"] != "off" and device.type != "cuda":
         return f"cuda_graph={knobs['cuda_graph']} needs a CUDA device (running on {device.type})"
     if knobs["cuda_graph"] == "step" and knobs["compile"] == "off":
@@ -75,7 +79,7 @@ def apply_process_settings(knobs: dict[str, Any]) -> None:
         # strict: with warn_only, flash and cuDNN attention only warn and stay non-deterministic;
         # an op without a deterministic kernel then fails the point with a clear error instead
         torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.benchmark = knobs["cudnn_benchmark"]
 
 
 def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.device) -> TrainStep:

@@ -47,6 +47,15 @@ class FrozenEncoders(nn.Module):
         self.register_buffer("latents_std", latents_std, persistent=False)
         self.register_buffer("clip_mean", torch.tensor(_CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("clip_std", torch.tensor(_CLIP_STD).view(1, 3, 1, 1), persistent=False)
+        self.video_format = torch.contiguous_format  # the VAE input's memory format
+
+    def vae_channels_last(self) -> None:
+        """The VAE's conv3d weights in channels-last (NDHWC); ``encode_video`` hands it its input so
+        too, and its convolutions then keep that layout from one to the next."""
+        for module in self.vae.modules():
+            if isinstance(module, nn.Conv3d):
+                module.weight.data = module.weight.data.contiguous(memory_format=torch.channels_last_3d)
+        self.video_format = torch.channels_last_3d
 
     def compile_in_place(self) -> None:
         """torch.compile each encoder's network (the VAE's encoder: 3 graphs, its first frame, later
@@ -95,7 +104,7 @@ class FrozenEncoders(nn.Module):
 
     def encode_video(self, video: torch.Tensor) -> torch.Tensor:
         """(B, 3, frames, H, W) in [-1, 1] -> normalised latent means (B, z, 1 + (frames - 1) // 4, h, w)."""
-        mean = self.vae.encode(video).latent_dist.mode()
+        mean = self.vae.encode(video.contiguous(memory_format=self.video_format)).latent_dist.mode()
         return (mean - self.latents_mean) / self.latents_std
 
     def encode_text(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

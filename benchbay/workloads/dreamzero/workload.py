@@ -56,6 +56,8 @@ class DreamZero(TrainingWorkload):
                                   "outputs are computed once in build (offline caching), the encoders are dropped"),
         "encoders_compile": Choice((False, True), "compile the frozen encoders in place (the VAE's encoder, umT5, "
                                    "CLIP's vision tower): fused kernels instead of a Python call per layer"),
+        "vae_channels_last": Choice((False, True), "the VAE's conv3d weights and input video in channels-last "
+                                    "(NDHWC) memory format, the layout cuDNN's fastest bf16 convolutions use"),
         **VIDEO_KNOBS,
     }
 
@@ -80,7 +82,8 @@ class DreamZero(TrainingWorkload):
         if reason := video_unavailable(self.knob_values, self.params, self.video_preset):
             return reason
         if self.knob("frozen_encoders") == "cached":
-            ignored = [f"{k}={self.knob(k)}" for k in ("encoders", "duplicate_vae_encode", "data", "encoders_compile")
+            ignored = [f"{k}={self.knob(k)}" for k in ("encoders", "duplicate_vae_encode", "data", "encoders_compile",
+                                                "vae_channels_last")
                        if self.knob(k) != self.knobs[k].default]
             if ignored:
                 return f"frozen_encoders=cached runs no encoder in the step, so {', '.join(ignored)} has no effect"
@@ -117,6 +120,8 @@ class DreamZero(TrainingWorkload):
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             return ModelParts(model=model, regions={"blocks": list(model.blocks)})
+        if self.knob("vae_channels_last"):
+            encoders.vae_channels_last()
         if self.knob("encoders_compile"):
             encoders.compile_in_place()
         self.encoders = encoders

@@ -202,6 +202,15 @@ def test_every_workload_knob_value_runs_or_says_why():
                 assert loss == pytest.approx(reference.item(), rel=1e-4)
 
 
+def test_the_record_names_the_encoders_attention():
+    workload = make()
+    built(workload)
+    assert workload.extra_metrics()["encoder_attention"] == {"umt5": "sdpa", "clip": "sdpa"}
+    cached = make(frozen_encoders="cached")
+    built(cached)
+    assert cached.extra_metrics()["encoder_attention"] is None
+
+
 def test_encoders_compile_compiles_each_encoder_in_place():
     workload = make(encoders_compile=True)
     parts = built(workload)

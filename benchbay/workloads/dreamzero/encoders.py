@@ -63,6 +63,11 @@ class FrozenEncoders(nn.Module):
         for module in (self.vae.encoder, self.text_encoder, self.image_encoder):
             module.compile()
 
+    def attention(self) -> dict[str, str]:
+        """The attention implementation transformers chose for umT5 and CLIP (sdpa where it can)."""
+        return {"umt5": self.text_encoder.config._attn_implementation,
+                "clip": self.image_encoder.config._attn_implementation}
+
     @property
     def dtype(self) -> torch.dtype:
         return self.latents_mean.dtype

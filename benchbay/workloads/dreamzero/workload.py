@@ -66,6 +66,7 @@ class DreamZero(TrainingWorkload):
         self.preset: Preset = preset(self.params["preset"], self.params["layers"])
         self.layout = self.preset.layout()
         self.feed: VideoFeed | None = None  # data=video: made in build
+        self.encoders: FrozenEncoders | None = None  # frozen_encoders=in_step: made in build
 
     # --- protocol -----------------------------------------------------------------------------
     def skip_reason(self) -> str | None:
@@ -189,8 +190,9 @@ class DreamZero(TrainingWorkload):
 
     def extra_metrics(self) -> dict[str, Any]:
         video = self.feed.content() if self.feed else {}
-        return {**video, "preset": self.preset.name, "layers": self.preset.transformer.layers,
-                "tokens_per_sample": self.layout.total,
+        attention = self.encoders.attention() if self.encoders else None  # none with frozen_encoders=cached
+        return {**video, "encoder_attention": attention, "preset": self.preset.name,
+                "layers": self.preset.transformer.layers, "tokens_per_sample": self.layout.total,
                 "attention_density": mask.allowed_pairs(self.layout) / self.layout.total ** 2,
                 "trainable_params": getattr(self, "trainable_params", None),
                 "frozen_params": getattr(self, "frozen_params", None)}

@@ -19,9 +19,9 @@ import torch
 
 from benchbay.decode.backends import BACKENDS, Settings
 from benchbay.decode.clips import PRESETS, VideoDataset, cached_dataset
-from benchbay.decode.loader import DecodeDataset, make_loader, worker_threads
+from benchbay.decode.loader import DecodeDataset, make_loader, next_batch
 from benchbay.decode.patterns import Pattern
-from benchbay.workloads.base import Choice
+from benchbay.workloads.base import Choice, TrainingWorkload
 
 #: the knobs of a training workload that can be fed decoded video (its first value is the default)
 VIDEO_KNOBS = {
@@ -40,14 +40,16 @@ VIDEO_PARAMS = {"root": None, "episodes": 4, "episode_frames": 240}
 SamplePipeline = Callable[[list[torch.Tensor]], torch.Tensor]
 
 
-def video_unavailable(knobs: dict[str, Any], params: dict[str, Any], preset: str) -> str | None:
-    """Why ``data: video`` cannot run with these knobs here, or why a video knob set with synthetic
-    data would not act (None if all is well)."""
+def video_unavailable(workload: TrainingWorkload) -> str | None:
+    """Why ``data: video`` cannot run with this workload's knobs here, or why a video knob set with
+    synthetic data would not act (None if all is well)."""
+    knobs = {name: workload.knob(name) for name in VIDEO_KNOBS}
     if knobs["data"] != "video":
         ignored = [f"{name}={knobs[name]}" for name, choice in VIDEO_KNOBS.items() if knobs[name] != choice.default]
         return f"{', '.join(ignored)}: no effect with data=synthetic" if ignored else None
-    reason = BACKENDS[knobs["video_backend"]].unavailable_reason(knobs["video_device"])
-    if reason is None and knobs["video_backend"] == "decord" and "av1" in _codecs(params, preset):
+    backend = knobs["video_backend"]
+    reason = BACKENDS[backend].unavailable_reason(knobs["video_device"])
+    if reason is None and backend == "decord" and "av1" in _codecs(workload.params, workload.video_preset):
         reason = "decord 0.6 cannot open AV1 videos (this dataset's codec): use torchcodec or pyav"
     return f"data=video: {reason}" if reason else None
 
@@ -91,13 +93,18 @@ class VideoFeed:
             self._batches = iter(self.loader)
             for _ in range(self.backlog):  # what the workers prepared during the first step
                 next(self._batches)
-        if self.loader.num_workers:
-            return next(self._batches)
-        with worker_threads():  # decoding in this process: torch as in a DataLoader worker
-            return next(self._batches)
+        return next_batch(self._batches, self.loader)
 
     def content(self) -> dict[str, float]:
         return self.dataset.content()
+
+
+def open_feed(workload: TrainingWorkload, pattern: type[Pattern], pipeline: SamplePipeline) -> VideoFeed:
+    """The feed of a ``data: video`` workload: its dataset (``params.root`` or its ``video_preset``),
+    ``pattern``'s samples drawn from its seed, through ``pipeline``, ``mbs`` samples per batch."""
+    seed = int(workload.knob("seed"))
+    dataset = open_dataset(workload.params, workload.video_preset, seed)
+    return VideoFeed(dataset, pattern(dataset, seed), pipeline, workload.knob_values, workload.mbs)
 
 
 def open_dataset(params: dict[str, Any], preset: str, seed: int) -> VideoDataset:

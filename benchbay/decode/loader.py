@@ -102,6 +102,14 @@ def worker_threads() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def next_batch(batches: Iterator[Any], loader: DataLoader) -> Any:
+    """The loader's next batch; without workers it is decoded here, with torch set up as a worker's."""
+    if loader.num_workers:
+        return next(batches)
+    with worker_threads():
+        return next(batches)
+
+
 def make_loader(dataset: Dataset, *, batch_size: int, num_workers: int, prefetch_factor: int, pin_memory: bool,
                 collate_fn: Callable[[list[Any]], Any] | None = collate) -> DataLoader:
     """A DataLoader as a training job makes one (``collate_fn`` None: torch's default collation)."""

@@ -151,6 +151,9 @@ class TrainingWorkload(Workload):
     #: the ``cuda_graph`` values it supports: "step" is the harness's; "attention" only where the
     #: workload captures its own attention helpers (other values are skipped with the reason)
     graphs: ClassVar[tuple[str, ...]] = ("off", "step")
+    #: with the video knobs (decode.feed): the generated dataset ``data: video`` reads without
+    #: ``params.root`` (a decode.clips.PRESETS name)
+    video_preset: ClassVar[str | None] = None
 
     # --- to implement -------------------------------------------------------------------------
     def build(self) -> ModelParts:

@@ -25,7 +25,7 @@ import torch
 
 from benchbay.decode.backends import BACKENDS, DecodeError, Settings, backend
 from benchbay.decode.clips import PRESETS, ClipSpec, VideoDataset, cached_dataset, source_frame
-from benchbay.decode.loader import DecodeDataset, Foreground, make_loader, worker_threads
+from benchbay.decode.loader import DecodeDataset, Foreground, make_loader, next_batch
 from benchbay.decode.measure import CpuWindow, ViewTiming, fingerprint, latency_summary, mean_abs_diff, peak_rss
 from benchbay.decode.patterns import PATTERNS
 from benchbay.workloads.base import Choice, StepWorkload
@@ -148,16 +148,11 @@ class Decode(StepWorkload):
             self._batches = iter(self.loader)
         if self.foreground is not None:
             self.foreground_loaded.append(self.foreground.step())
-        in_process = self.knob_values["num_workers"] == 0
         start = time.perf_counter()
-        if in_process:
-            with worker_threads():
-                batch = next(self._batches)
-        else:
-            batch = next(self._batches)
+        batch = next_batch(self._batches, self.loader)
         self.last_step_end = time.perf_counter()
         self.data_wait.append(self.last_step_end - start)
-        if in_process:
+        if not self.loader.num_workers:
             decoding = sum(view.total_s for sample in batch["timings"] for view in sample)
             self.pipeline_wait.append(self.data_wait[-1] - decoding)
         if self.first_frames is None:

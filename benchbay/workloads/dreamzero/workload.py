@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
-from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, VideoFeed, open_dataset, video_unavailable
+from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, VideoFeed, open_feed, video_unavailable
 from benchbay.decode.patterns import DreamZeroFullClip
 from benchbay.workloads.base import Choice, ModelParts, TrainingWorkload
 from benchbay.workloads.dreamzero import flops, mask
@@ -34,7 +34,6 @@ class DreamZero(TrainingWorkload):
     name = "dreamzero"
     regions = ("blocks",)
     params = {"preset": "dreamzero-5b", "layers": None, **VIDEO_PARAMS}
-    #: the generated dataset ``data: video`` reads without ``params.root`` (decode.clips.PRESETS)
     video_preset = "droid"
     graphs = ("off", "attention", "step")
     knobs = {
@@ -80,12 +79,11 @@ class DreamZero(TrainingWorkload):
                 and self.knob("recompute_impl") == "non_reentrant"):
             return ("cuda_graph=attention inside non-reentrant activation checkpointing fails ('graph recording "
                     "observed an input tensor deallocate', PT #154306): use recompute_impl=reentrant, as RLinf does")
-        if reason := video_unavailable(self.knob_values, self.params, self.video_preset):
+        if reason := video_unavailable(self):
             return reason
         if self.knob("frozen_encoders") == "cached":
-            ignored = [f"{k}={self.knob(k)}" for k in ("encoders", "duplicate_vae_encode", "data", "encoders_compile",
-                                                "vae_channels_last")
-                       if self.knob(k) != self.knobs[k].default]
+            in_step_only = ("encoders", "duplicate_vae_encode", "data", "encoders_compile", "vae_channels_last")
+            ignored = [f"{k}={self.knob(k)}" for k in in_step_only if self.knob(k) != self.knobs[k].default]
             if ignored:
                 return f"frozen_encoders=cached runs no encoder in the step, so {', '.join(ignored)} has no effect"
         return None
@@ -110,9 +108,7 @@ class DreamZero(TrainingWorkload):
         self.trainable_params = sum(p.numel() for p in model.parameters())
         self.frozen_params = sum(p.numel() for p in encoders.parameters())
         if self.knob("data") == "video":
-            dataset = open_dataset(self.params, self.video_preset, int(self.knob("seed")))
-            self.feed = VideoFeed(dataset, DreamZeroFullClip(dataset, int(self.knob("seed"))),
-                                  DroidCanvas(self.preset.sample), self.knob_values, self.mbs)
+            self.feed = open_feed(self, DreamZeroFullClip, DroidCanvas(self.preset.sample))
         if self.knob("frozen_encoders") == "cached":
             g = self._generator(-1)
             self.cached = encoders.encode(self._video(g), *self._prompt(g), per_sample=False,

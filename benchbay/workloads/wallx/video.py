@@ -22,8 +22,8 @@ class QwenPatches:
         v, side = preset.vision, preset.resized_image
         self.cameras = preset.cameras
         self.processor = ImageProcessor(patch_size=v["patch_size"], merge_size=v["spatial_merge_size"],
-                                               temporal_patch_size=v["temporal_patch_size"],
-                                               min_pixels=side * side, max_pixels=side * side)
+                                        temporal_patch_size=v["temporal_patch_size"],
+                                        min_pixels=side * side, max_pixels=side * side)
 
     def __call__(self, views: list[torch.Tensor]) -> torch.Tensor:
         if len(views) != self.cameras:

@@ -10,7 +10,7 @@ import torch
 from torch.profiler import record_function
 from transformers import Qwen2_5_VLForConditionalGeneration
 
-from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, VideoFeed, open_dataset, video_unavailable
+from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, VideoFeed, open_feed, video_unavailable
 from benchbay.decode.patterns import CurrentFrame
 from benchbay.workloads.base import Choice, ModelParts, TrainingWorkload
 from benchbay.workloads.wallx.attention import set_implementations, varlen_unavailable
@@ -38,7 +38,6 @@ class WallX(TrainingWorkload):
         **VIDEO_KNOBS,
     }
     params = {"preset": "wallx-3b", "action_horizon": 32, "layers": None, **VIDEO_PARAMS}
-    #: the generated dataset ``data: video`` reads without ``params.root`` (decode.clips.PRESETS)
     video_preset = "libero"
 
     def __init__(self, params, knobs, device):
@@ -59,8 +58,7 @@ class WallX(TrainingWorkload):
         return self.params["layers"] or self.preset.text["num_hidden_layers"]
 
     def skip_reason(self) -> str | None:
-        if reason := video_unavailable(self.knob_values, self.params,
-                                       self.video_preset):
+        if reason := video_unavailable(self):
             return reason
         for name in ("attention", "vision_attention"):
             if self.knob(name) != "flash":
@@ -83,10 +81,7 @@ class WallX(TrainingWorkload):
             set_implementations(vlm, self.knob("attention"), self.knob("vision_attention"))
             model = WallXModel(vlm, self.preset, self.layout, self.knob("attention"), self.knob("lm_head"))
         if self.knob("data") == "video":
-            seed = int(self.knob("seed"))
-            dataset = open_dataset(self.params, self.video_preset, seed)
-            self.feed = VideoFeed(dataset, CurrentFrame(dataset, seed), QwenPatches(self.preset),
-                                  self.knob_values, self.mbs)
+            self.feed = open_feed(self, CurrentFrame, QwenPatches(self.preset))
         return ModelParts(model=model, regions={"backbone": list(vlm.model.language_model.layers),
                                                 "vision": list(vlm.model.visual.blocks)})
 

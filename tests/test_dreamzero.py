@@ -327,9 +327,9 @@ def test_gpu_host_syncs_are_the_official_ones_only():
 ], ids=["eager", "graphed"])
 @gpu
 def test_gpu_host_syncs_change_no_loss(graphs):
-    """The same draws through the CPU or on the device: the same losses. On the H200, dreamzero-5b's
-    +batched_encoders and +no_host_syncs (graphed helpers, reentrant checkpoints) started from 7.367
-    and 6.671; the same pair agrees on the CPU, where there are no graphs."""
+    """The same draws through the CPU or on the device: the same losses. (dreamzero-5b's stored
+    +no_host_syncs points of run 5365 started from 6.671 against 7.367: they predate the schedule
+    drawn on the CPU in both modes; rerun on the H200, the pair starts from 7.367 alike.)"""
     knobs = {"attention": "blockwise", "recompute": "full", "kernels": "official", "precision": "bf16", **graphs}
     official, none = (_gpu_step({**knobs, "host_syncs": syncs}) for syncs in ("official", "none"))
     assert none == pytest.approx(official, rel=1e-3)

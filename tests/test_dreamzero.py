@@ -219,6 +219,23 @@ def test_encoders_compile_compiles_each_encoder_in_place():
     assert "encoders_compile=True" in make(frozen_encoders="cached", encoders_compile=True).skip_reason()
 
 
+@pytest.mark.parametrize("syncs", ["none", "official"])
+def test_trim_prompts_gives_the_same_text_condition_from_fewer_tokens(syncs):
+    text, seen = {}, {}
+    for trim in (False, True):
+        workload = make(trim_prompts=trim, host_syncs=syncs)
+        enc = built(workload).frozen[0]
+        hook = enc.text_encoder.register_forward_hook(
+            lambda m, args, kw, out: seen.update({trim: kw["input_ids"].shape}), with_kwargs=True)
+        batch = workload.batch(0)
+        text[trim] = enc.encode_text(batch["text_ids"], batch["text_mask"])
+        hook.remove()
+    sample = workload.preset.sample
+    assert seen == {False: (2, sample.text_len), True: (2, sample.text_valid[1])}
+    assert text[True].shape == text[False].shape
+    torch.testing.assert_close(text[True], text[False], rtol=1e-5, atol=1e-6)
+
+
 def _channels_last_convolutions(**knobs) -> tuple[int, int]:
     """(conv3d outputs in channels-last, conv3d calls) of one VAE encode of two samples (with one,
     the first frame's (1, C, 1, h, w) tensors read as contiguous either way)."""

@@ -48,6 +48,7 @@ class FrozenEncoders(nn.Module):
         self.register_buffer("clip_mean", torch.tensor(_CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("clip_std", torch.tensor(_CLIP_STD).view(1, 3, 1, 1), persistent=False)
         self.video_format = torch.contiguous_format  # the VAE input's memory format
+        self.prompt_tokens = preset.sample.text_len  # the tokens umT5 runs over (trim_prompts)
 
     def vae_channels_last(self) -> None:
         """The VAE's conv3d weights in channels-last (NDHWC); ``encode_video`` hands it its input so
@@ -56,6 +57,12 @@ class FrozenEncoders(nn.Module):
             if isinstance(module, nn.Conv3d):
                 module.weight.data = module.weight.data.contiguous(memory_format=torch.channels_last_3d)
         self.video_format = torch.channels_last_3d
+
+    def trim_prompts(self) -> None:
+        """Run umT5 over the first ``text_valid[1]`` tokens (the longest prompt) instead of all 512,
+        zeros after: the same text condition, since no valid token attends to padding (masked keys;
+        per-token norms and FFN; position bias by relative distance)."""
+        self.prompt_tokens = self.preset.sample.text_valid[1]
 
     def compile_in_place(self) -> None:
         """torch.compile each encoder's network (the VAE's encoder: 3 graphs, its first frame, later
@@ -113,7 +120,13 @@ class FrozenEncoders(nn.Module):
         return (mean - self.latents_mean) / self.latents_std
 
     def encode_text(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.text_encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        """(B, T) padded prompts -> (B, T, 4096), zero past each prompt's end (umT5 runs over the
+        first ``prompt_tokens``; the transformer still gets all T)."""
+        n = self.prompt_tokens
+        hidden = self.text_encoder(input_ids=ids[:, :n], attention_mask=mask[:, :n]).last_hidden_state
+        return F.pad(self.zero_padding(hidden, mask[:, :n]), (0, 0, 0, ids.shape[1] - n))
+
+    def zero_padding(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return hidden * mask[..., None].to(hidden.dtype)
 
     def encode_image(self, frame: torch.Tensor) -> torch.Tensor:
@@ -139,8 +152,8 @@ class HostSyncEncoders(FrozenEncoders):
         assert x.min() >= -1.0 and x.max() <= 1.0, "videos must be in [-1, 1]"
         return x
 
-    def encode_text(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.text_encoder(input_ids=ids, attention_mask=mask).last_hidden_state.clone()
+    def zero_padding(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        hidden = hidden.clone()
         for i, length in enumerate(mask.gt(0).sum(dim=1)):
             hidden[i, length:] = 0  # a device scalar as a slice bound: one host sync per sample
         return hidden

@@ -87,8 +87,9 @@ def vae_encode_flops(preset: Preset) -> float:
     return _vae_encode_flops(items, preset.sample.frames, *preset.sample.model_hw)
 
 
-def frozen_forward_flops(preset: Preset, duplicate_vae_encode: bool) -> float:
-    """Frozen work per sample in the step: VAE encode(s), umT5 over the padded prompt, CLIP."""
+def frozen_forward_flops(preset: Preset, duplicate_vae_encode: bool, trim_prompts: bool = False) -> float:
+    """Frozen work per sample in the step: VAE encode(s), umT5 over the padded (or trimmed) prompt, CLIP."""
     encodes = 2 if preset.image_conditioned or duplicate_vae_encode else 1
-    return (encodes * vae_encode_flops(preset) + umt5_forward_flops(preset.t5, preset.sample.text_len)
+    tokens = preset.sample.text_valid[1] if trim_prompts else preset.sample.text_len
+    return (encodes * vae_encode_flops(preset) + umt5_forward_flops(preset.t5, tokens)
             + clip_forward_flops(preset.clip))

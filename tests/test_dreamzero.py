@@ -231,7 +231,7 @@ def test_trim_prompts_gives_the_same_text_condition_from_fewer_tokens(syncs):
         text[trim] = enc.encode_text(batch["text_ids"], batch["text_mask"])
         hook.remove()
     sample = workload.preset.sample
-    assert seen == {False: (2, sample.text_len), True: (2, sample.text_valid[1])}
+    assert seen == {False: (2, sample.text_len), True: (2, sample.longest_prompt)}
     assert text[True].shape == text[False].shape
     torch.testing.assert_close(text[True], text[False], rtol=1e-5, atol=1e-6)
 

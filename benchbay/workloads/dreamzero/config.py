@@ -53,6 +53,11 @@ class SampleShape:
     text_valid: tuple[int, int] = (12, 48)  # range of real instruction lengths
     view_crop: float = 1.0  # share of each camera view kept (its centre) before it is resized into the canvas
 
+    @property
+    def longest_prompt(self) -> int:
+        """Tokens that hold every prompt (text_valid's bound is exclusive, as torch.randint draws it)."""
+        return self.text_valid[1]
+
 
 @dataclass(frozen=True)
 class Preset:

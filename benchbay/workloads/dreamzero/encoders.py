@@ -59,10 +59,10 @@ class FrozenEncoders(nn.Module):
         self.video_format = torch.channels_last_3d
 
     def trim_prompts(self) -> None:
-        """Run umT5 over the first ``text_valid[1]`` tokens (the longest prompt) instead of all 512,
+        """Run umT5 over the first ``longest_prompt`` tokens instead of all 512 (the padded length),
         zeros after: the same text condition, since no valid token attends to padding (masked keys;
         per-token norms and FFN; position bias by relative distance)."""
-        self.prompt_tokens = self.preset.sample.text_valid[1]
+        self.prompt_tokens = self.preset.sample.longest_prompt
 
     def compile_in_place(self) -> None:
         """torch.compile each encoder's network (the VAE's encoder: 3 graphs, its first frame, later

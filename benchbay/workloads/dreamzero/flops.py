@@ -90,6 +90,6 @@ def vae_encode_flops(preset: Preset) -> float:
 def frozen_forward_flops(preset: Preset, duplicate_vae_encode: bool, trim_prompts: bool = False) -> float:
     """Frozen work per sample in the step: VAE encode(s), umT5 over the padded (or trimmed) prompt, CLIP."""
     encodes = 2 if preset.image_conditioned or duplicate_vae_encode else 1
-    tokens = preset.sample.text_valid[1] if trim_prompts else preset.sample.text_len
+    tokens = preset.sample.longest_prompt if trim_prompts else preset.sample.text_len
     return (encodes * vae_encode_flops(preset) + umt5_forward_flops(preset.t5, tokens)
             + clip_forward_flops(preset.clip))

@@ -43,7 +43,8 @@ from benchbay.analysis.tables import (
 from benchbay.markdown import markdown_table
 from benchbay.record import Status
 
-ENV_COLUMNS = ("env.machine_key", "env.gpu", "env.gpu_count", "env.driver", "env.cuda", "env.torch", "env.git_commit")
+ENV_COLUMNS = ("run_state", "env.machine_key", "env.gpu", "env.gpu_count", "env.driver", "env.cuda", "env.torch",
+               "env.git_commit")
 TOP_OPS = 10
 MAX_CELL = 160  # characters; longer texts (failure reasons) are cut
 #: the decoder table: (column, heading, scale)
@@ -178,12 +179,21 @@ def _breakdown_labels(meta: Mapping) -> list[str]:
 def _overview(df: pd.DataFrame, title: str) -> list[Block]:
     counts = df.groupby(["suite", "run_id"], sort=False)["status"].agg(
         lambda s: ", ".join(f"{k} {v}" for k, v in s.value_counts().items())).rename("records")
-    env = df.groupby(["suite", "run_id"], sort=False)[[c for c in ENV_COLUMNS if c in df.columns]].first()
+    # a resumed run may span commits (or drivers): each value it saw, in order
+    env = df.groupby(["suite", "run_id"], sort=False)[[c for c in ENV_COLUMNS if c in df.columns]].agg(
+        lambda s: ", ".join(dict.fromkeys(str(v) for v in s.dropna())))
     runs = pd.concat([counts, env], axis=1).reset_index()
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return [Heading(title, 1), Text(f"Generated {stamp} from {len(df)} records."),
-            Table(display(runs.rename(columns=lambda c: c.removeprefix("env."))), "runs and environments"),
-            *_health_blocks(df)]
+    blocks: list[Block] = [Heading(title, 1), Text(f"Generated {stamp} from {len(df)} records."),
+                           Table(display(runs.rename(columns=lambda c: c.removeprefix("env."))),
+                                 "runs and environments")]
+    states = runs.get("run_state", pd.Series("", index=runs.index))
+    unfinished = runs[states.isin(["interrupted", "running"])]
+    if len(unfinished):
+        blocks.append(Text(f"Unfinished: {', '.join(unfinished['suite'] + ' ' + unfinished['run_id'])} (interrupted "
+                           "or still running): a point or a batch search may be missing; "
+                           "`benchbay run SUITE --resume RUN_ID` continues it."))
+    return blocks + _health_blocks(df)
 
 
 def _health_blocks(df: pd.DataFrame) -> list[Block]:

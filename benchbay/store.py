@@ -120,10 +120,13 @@ def latest_run(root: str | Path, suite: str, machine_key: str | None = None) -> 
 
 
 def load_runs(paths: Iterable[str | Path], root: str | Path = "results") -> pd.DataFrame:
-    """All records of the named runs as one flat DataFrame (see benchbay.analysis.frame)."""
+    """All records of the named runs as one flat DataFrame (see benchbay.analysis.frame), each
+    with its run's ``run_state`` (complete, interrupted, running): a report of an interrupted run
+    must say that its search or sweep is unfinished."""
     from benchbay.analysis.frame import records_to_frame
 
-    records = [r for run in find_runs(paths, root) for r in read_records(run)]
+    records = [{**r, "run_state": read_manifest(run).get("state")} for run in find_runs(paths, root)
+               for r in read_records(run)]
     return records_to_frame(records)
 
 

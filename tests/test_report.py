@@ -24,6 +24,7 @@ from benchbay.analysis.mfu import lookup_peak, mfu_column, peak_flops_for
 from benchbay.analysis.steady import amortisation_steps, amortisation_table, detect_warmup
 from benchbay.analysis.tables import (
     combined_status,
+    configurations,
     effective_throughput,
     equivalent_groups,
     loss_agreement,
@@ -159,6 +160,17 @@ def test_effective_throughput_takes_each_configuration_at_its_largest_ok_batch(t
         return found[0]["metrics"]["samples_per_s_per_gpu"]
 
     assert table["ratio"].iloc[1] == pytest.approx(rate("+selective", 13) / rate("baseline", 6))
+
+
+def test_a_configuration_is_named_by_its_label_before_the_batch_it_runs_at():
+    # suites label a batch walk "+bf16@52", "+bf16@60": the configuration is "+bf16"
+    points = pd.DataFrame({"suite": "s", "knob_names": [["mbs", "precision"]] * 4,
+                           "label": ["+chunked_ce", "+chunked_ce@28", "+bf16@52", "+bf16@60"],
+                           "mbs": [20, 28, 52, 60], "precision": ["bf16_mixed"] * 2 + ["bf16"] * 2})
+    assert [name for name, _ in configurations(points)] == ["+chunked_ce", "+bf16"]
+    # an "@" that is not the point's batch stays part of the name
+    points["label"] = ["a@1", "a@2", "b@9", "b@9"]
+    assert [name for name, _ in configurations(points)] == ["precision=bf16_mixed", "precision=bf16"]
 
 
 def test_loss_groups_pair_points_that_differ_in_compile_or_graphs_only(train):
@@ -320,6 +332,23 @@ def test_report_of_failures_only_and_without_suite_meta(train_records, tmp_path)
     assert "**CRASH**" in (tmp_path / "failed" / "report.md").read_text()
     build_report(records_to_frame(train_records), tmp_path / "undeclared")  # no suite: no order to draw
     assert "Optimisation breakdown" not in (tmp_path / "undeclared" / "report.md").read_text()
+
+
+def test_report_of_an_interrupted_run_says_it_is_unfinished(train_records, tmp_path):
+    from benchbay import store
+
+    run = tmp_path / "results" / "fixture-train" / "20260101-000000-abcd"
+    run.mkdir(parents=True)
+    for r in train_records[:3]:
+        store.append_record(run, Record.from_json(r))
+    store.write_manifest(run, {"suite": "fixture-train", "state": "interrupted"})
+    df = store.load_runs([run])
+    assert set(df["run_state"]) == {"interrupted"}
+    build_report(df, tmp_path / "report")
+    assert "Unfinished: fixture-train" in (tmp_path / "report" / "report.md").read_text()
+    store.write_manifest(run, {"suite": "fixture-train", "state": "complete"})
+    build_report(store.load_runs([run]), tmp_path / "report")
+    assert "Unfinished" not in (tmp_path / "report" / "report.md").read_text()
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")

@@ -170,7 +170,7 @@ def configurations(summary: pd.DataFrame, knob: str = "mbs") -> list[tuple[str, 
     cols = config_columns(summary, knob)
     groups = summary.groupby(cols, sort=False, dropna=False) if cols else [((), summary)]
     searched = [points.sort_values(knob) for _, points in groups if points[knob].nunique() > 1]
-    labels = [_base_label(points) for points in searched]
+    labels = [_base_label(points, knob) for points in searched]
     if all(labels) and len(set(labels)) == len(labels):  # the suite named them: "baseline", "optimized"
         return list(zip(labels, searched, strict=True))
     # else name each by what differs among the searched configurations only
@@ -178,9 +178,17 @@ def configurations(summary: pd.DataFrame, knob: str = "mbs") -> list[tuple[str, 
     return [(describe(points.iloc[0], names), points) for points in searched]
 
 
-def _base_label(points: pd.DataFrame) -> str | None:
-    """The suite label all of a configuration's points share (before a grid's or search's values)."""
-    bases = {label.split(" ")[0] if isinstance(label, str) else None for label in points["label"]}
+def _base_label(points: pd.DataFrame, knob: str) -> str | None:
+    """The suite label all of a configuration's points share: before a grid's or search's values
+    ("base mbs=8") and before an ``@`` that names the point's ``knob`` value ("+bf16@52")."""
+    def base(label: object, value: object) -> str | None:
+        if not isinstance(label, str):
+            return None
+        label = label.split(" ")[0]
+        stem, at, tail = label.rpartition("@")
+        return stem if at and stem and tail == str(value) else label
+
+    bases = {base(label, value) for label, value in zip(points["label"], points[knob], strict=True)}
     return bases.pop() if len(bases) == 1 else None
 
 

@@ -167,8 +167,9 @@ def _suite_metas(suite_meta: Mapping | None) -> dict[str, Mapping]:
     return dict(suite_meta)
 
 
-def _search_knob(meta: Mapping) -> str:
-    return ((meta.get("sweep") or {}).get("search") or {}).get("knob", "mbs")
+def _search(meta: Mapping) -> Mapping:
+    """The suite's ``sweep.search`` (knob, bounds and what counts as fitting), or {}."""
+    return (meta.get("sweep") or {}).get("search") or {}
 
 
 def _breakdown_labels(meta: Mapping) -> list[str]:
@@ -223,16 +224,21 @@ def _sweep_blocks(points: pd.DataFrame, peak_flops: float | None) -> list[Block]
     return blocks
 
 
-def _batch_blocks(points: pd.DataFrame, knob: str, stem: str, out_dir: Path) -> list[Block]:
+def _batch_blocks(points: pd.DataFrame, search: Mapping, stem: str, out_dir: Path) -> list[Block]:
+    knob = search.get("knob", "mbs")
     figure = plots.batch_scaling(points, out_dir / f"{stem}-batch_scaling.png", knob)
     if figure is None:
         return []
-    table = effective_throughput(points, knob)
+    headroom, zero_retries = search.get("headroom_gib"), bool(search.get("zero_retries"))
+    table = effective_throughput(points, knob, headroom, zero_retries)
+    rule = ([f"at least {headroom:g} GiB left"] if headroom is not None else []) + \
+        (["no allocator retries"] if zero_retries else [])
     per = device_word(points)
     return [Heading("Batch size", 3),
             Image(figure, f"throughput and peak memory against {knob}"),
-            Text(f"Effective throughput: each configuration at its own largest feasible {knob}; "
-                 f"ratio = samples/s/{per} relative to the first configuration."),
+            Text(f"Effective throughput: each configuration at its own largest feasible {knob}"
+                 + (f" (ok, {', '.join(rule)})" if rule else "")
+                 + f"; ratio = samples/s/{per} relative to the first configuration."),
             Table(display(table, per=per))]
 
 
@@ -265,7 +271,7 @@ def _breakdown_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: P
         blocks.append(Image(figure, "optimisation waterfall"))
     blocks.append(Table(display(table, per=per)))
     best = "best" if "best" in set(points["label"].dropna()) else labels[-1]
-    loo = leave_one_out(points, best, _search_knob(meta))
+    loo = leave_one_out(points, best, _search(meta).get("knob", "mbs"))
     if len(loo):
         blocks += [Heading(f"Leave one out (from {best})", 4),
                    Text("Change when one optimisation is removed from the best configuration: "
@@ -370,10 +376,9 @@ def _suite_blocks(points: pd.DataFrame, meta: Mapping, out_dir: Path, peak_flops
     blocks: list[Block] = [Heading(f"Suite {suite}")]
     if meta.get("description"):
         blocks.append(Text(str(meta["description"])))
-    knob = _search_knob(meta)
     for section in (
         _sweep_blocks(points, peak_flops),
-        _batch_blocks(points, knob, stem, out_dir),
+        _batch_blocks(points, _search(meta), stem, out_dir),
         _step_time_blocks(points, stem, out_dir),
         _breakdown_blocks(points, meta, stem, out_dir),
         _loss_blocks(points, meta, stem, out_dir),

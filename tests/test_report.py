@@ -162,6 +162,25 @@ def test_effective_throughput_takes_each_configuration_at_its_largest_ok_batch(t
     assert table["ratio"].iloc[1] == pytest.approx(rate("+selective", 13) / rate("baseline", 6))
 
 
+def test_effective_throughput_keeps_the_searchs_rule_of_what_fits():
+    # H200, Wall-X FSDP2 full shard at 1 GPU: mbs 44 and 48 ran, but with allocator retries and slower
+    points = pd.DataFrame({"suite": "s", "knob_names": [["mbs"]] * 4, "label": "fsdp2_full",
+                           "mbs": [36, 44, 48, 52], "status": ["ok", "ok", "ok", "oom"],
+                           "samples_per_s_per_gpu": [59.0, 48.9, 53.0, np.nan],
+                           "step_time_s": [0.61, 0.90, 0.91, np.nan],
+                           "peak_mem_reserved_gib": [128.0, 138.5, 138.5, np.nan],
+                           "device_mem_total_gib": [139.8, 139.8, 139.8, np.nan], "alloc_retries": [0, 8, 8, np.nan]})
+    plain = effective_throughput(points).iloc[0]
+    assert (plain["largest_ok"], plain["first_failing"]) == (48, "52 (oom)")
+    strict = effective_throughput(points, zero_retries=True).iloc[0]
+    assert (strict["largest_ok"], strict["samples_per_s_per_gpu"]) == (36, 59.0)
+    assert strict["first_failing"] == "44 (allocator retries)"
+    assert effective_throughput(points, headroom_gib=2.0).iloc[0]["first_failing"] == "44 (under 2 GiB headroom)"
+    # figures a CPU run does not record never count against it
+    cpu = points.assign(device_mem_total_gib=np.nan, alloc_retries=np.nan)
+    assert effective_throughput(cpu, headroom_gib=2.0, zero_retries=True).iloc[0]["largest_ok"] == 48
+
+
 def test_a_configuration_is_named_by_its_label_before_the_batch_it_runs_at():
     # suites label a batch walk "+bf16@52", "+bf16@60": the configuration is "+bf16"
     points = pd.DataFrame({"suite": "s", "knob_names": [["mbs", "precision"]] * 4,

@@ -15,7 +15,8 @@ probes either side of the boundary.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from benchbay.record import Record, Status
 
@@ -46,18 +47,31 @@ def largest_feasible(probe: Callable[[int], bool], lo: int, hi: int,
     return (good if good >= lo else None), probed
 
 
+def infeasibility(status: str, metrics: Mapping[str, Any], headroom_gib: float | None = None,
+                  zero_retries: bool = False) -> str | None:
+    """Why a probe does not count as fitting, or None when it does: its status when not ok;
+    "allocator retries" when ``zero_retries`` and the allocator had to free its cache and retry (a
+    sign of fragmentation, slow steps and a near-OOM); "under N GiB headroom" when its peak reserved
+    memory is above the device's memory less ``headroom_gib``."""
+    if status != Status.OK:
+        return str(status)
+    if zero_retries and (_number(metrics, "alloc_retries") or 0) > 0:
+        return "allocator retries"
+    total, reserved = _number(metrics, "device_mem_total_gib"), _number(metrics, "peak_mem_reserved_gib")
+    if headroom_gib is not None and total and reserved is not None and reserved > total - headroom_gib:
+        return f"under {headroom_gib:g} GiB headroom"
+    return None
+
+
 def feasible(record: Record, headroom_gib: float | None = None, zero_retries: bool = False) -> bool:
-    """The probe finished its steps (ok), with no allocator retries when ``zero_retries`` (a sign of
-    fragmentation, slow steps and a near-OOM) and, with ``headroom_gib``, a peak reserved memory at
-    most the device's memory less that headroom."""
-    if record.status != Status.OK:
-        return False
-    m = record.metrics
-    if zero_retries and (m.get("alloc_retries") or 0) > 0:
-        return False
-    if headroom_gib is not None and m.get("device_mem_total_gib") and m.get("peak_mem_reserved_gib") is not None:
-        return m["peak_mem_reserved_gib"] <= m["device_mem_total_gib"] - headroom_gib
-    return True
+    """The probe counts as fitting (see :func:`infeasibility`)."""
+    return infeasibility(record.status, record.metrics, headroom_gib, zero_retries) is None
+
+
+def _number(metrics: Mapping[str, Any], key: str) -> float | None:
+    """A figure, or None where it was not recorded (missing, None or NaN in a summary frame)."""
+    value = metrics.get(key)
+    return None if value is None or value != value else float(value)
 
 
 def search_edges(records: list[Record], knob: str, headroom_gib: float | None = None,

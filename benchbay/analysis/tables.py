@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchbay.analysis.batch_search import infeasibility
 from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
@@ -192,25 +193,29 @@ def _base_label(points: pd.DataFrame, knob: str) -> str | None:
     return bases.pop() if len(bases) == 1 else None
 
 
-def effective_throughput(summary: pd.DataFrame, knob: str = "mbs") -> pd.DataFrame:
-    """Each configuration at its own largest feasible ``knob`` (the largest with every repeat ok),
-    with the smallest failing value above it and the throughput ratio to the first configuration.
+def effective_throughput(summary: pd.DataFrame, knob: str = "mbs", headroom_gib: float | None = None,
+                         zero_retries: bool = False) -> pd.DataFrame:
+    """Each configuration at its own largest feasible ``knob`` (every repeat ok and, as the
+    suite's search asks, no allocator retries and the memory headroom kept), with the smallest
+    value above it that is not and why, and the throughput ratio to the first configuration.
     """
     columns = ["configuration", "largest_ok", "samples_per_s_per_gpu", "step_time_s",
                "peak_mem_reserved_gib", "first_failing", "ratio"]
     rows = []
     for name, points in configurations(summary, knob):
-        ok = points[points["status"] == Status.OK]
-        best = ok.iloc[-1] if len(ok) else None
-        above = points if best is None else points[points[knob] > best[knob]]
-        failing = above[above["status"] != Status.OK]
+        why = pd.Series([infeasibility(row["status"], row, headroom_gib, zero_retries) for _, row in points.iterrows()],
+                        index=points.index, dtype=object)
+        fits = points[why.isna()]
+        best = fits.iloc[-1] if len(fits) else None
+        above = why if best is None else why[points[knob] > best[knob]]
+        failing = above.dropna()
         rows.append({
             "configuration": name,
             "largest_ok": best[knob] if best is not None else None,
             "samples_per_s_per_gpu": best["samples_per_s_per_gpu"] if best is not None else np.nan,
             "step_time_s": best["step_time_s"] if best is not None else np.nan,
             "peak_mem_reserved_gib": best["peak_mem_reserved_gib"] if best is not None else np.nan,
-            "first_failing": f"{failing.iloc[0][knob]} ({failing.iloc[0]['status']})" if len(failing) else None,
+            "first_failing": (f"{points.loc[failing.index[0], knob]} ({failing.iloc[0]})" if len(failing) else None),
         })
     table = pd.DataFrame(rows, columns=columns)
     if len(table):

@@ -183,6 +183,8 @@ def test_attention_implementations_agree():
 
 @pytest.mark.parametrize("knob,value", [(k, v) for k, c in WallX.knobs.items() for v in c.values])
 def test_every_knob_value_is_accepted_or_skipped_with_a_reason(knob, value):
+    if (knob, value) == ("loss_compile", True):
+        pytest.skip("compiling takes a minute on a CPU: test_chunked_and_compiled_cross_entropy_are_the_text_loss")
     workload = WallX(TINY, {"mbs": 1, knob: value}, CPU)
     reason = workload.skip_reason()
     if reason is not None:
@@ -263,19 +265,22 @@ def test_the_harness_step_runs_with_sharding_recompute_and_precision(group, knob
     assert all(torch.isfinite(torch.tensor(losses)))
 
 
-def test_chunked_cross_entropy_is_the_text_loss(monkeypatch):
-    """lm_head=chunked (a few rows at a time, logits recomputed in backward) computes the same loss
-    and gradients as lm_head=text."""
+def test_chunked_and_compiled_cross_entropy_are_the_text_loss(monkeypatch):
+    """lm_head=chunked (a few rows at a time, logits recomputed in backward), compiled or not, computes
+    the same loss and gradients as lm_head=text."""
     from benchbay.workloads.wallx import model as wallx_model
 
     monkeypatch.setattr(wallx_model, "CE_CHUNK_ROWS", 7)  # several chunks, the last one short
-    results = []
-    for lm_head in ("text", "chunked"):
-        workload, parts = build({"lm_head": lm_head, "attention": "sdpa", "vision_attention": "sdpa"})
+    results = {}
+    for lm_head, compiled in (("text", False), ("chunked", False), ("chunked", True)):
+        workload, parts = build({"lm_head": lm_head, "loss_compile": compiled, "attention": "sdpa",
+                                 "vision_attention": "sdpa"})
+        assert (parts.model.rows_loss != parts.model._rows_loss) == compiled
         loss, _ = workload.loss(parts.model, workload.batch(0))
         loss.backward()
-        results.append((loss.detach(), [p.grad for p in parts.model.parameters() if p.requires_grad]))
-    (text, text_grads), (chunked, chunked_grads) = results
-    torch.testing.assert_close(chunked, text)
-    for got, want in zip(chunked_grads, text_grads, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+        results[lm_head, compiled] = (loss.detach(), [p.grad for p in parts.model.parameters() if p.requires_grad])
+    text, text_grads = results.pop(("text", False))
+    for loss, grads in results.values():
+        torch.testing.assert_close(loss, text)
+        for got, want in zip(grads, text_grads, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)

@@ -96,7 +96,7 @@ class WallXModel(nn.Module):
     """The trained model; ``forward(batch)`` returns (text cross-entropy, flow MSE)."""
 
     def __init__(self, vlm: Qwen2_5_VLForConditionalGeneration, preset: Preset, layout: SequenceLayout,
-                 language_attention: str, lm_head_tokens: str):
+                 language_attention: str, lm_head_tokens: str, compile_loss: bool = False):
         super().__init__()
         self.vlm = vlm
         text_cfg = vlm.config.text_config
@@ -116,6 +116,9 @@ class WallXModel(nn.Module):
         self.attention_mask = language_mask(language_attention, layout, device)
         self.attention_kwargs = {"action_tail": layout.action_tail()} if language_attention == "flash" else {}
         self.lm_head_tokens = lm_head_tokens
+        # compiled, inductor fuses the fp32 upcast, log-softmax and their backward into the reductions:
+        # the (rows x 151,936) fp32 logits are never written, only lm_head's bf16 output
+        self.rows_loss = torch.compile(self._rows_loss) if compile_loss else self._rows_loss
 
     def _rope_positions(self, layout: SequenceLayout, preset: Preset) -> torch.Tensor:
         """(3, 1, S) multimodal rotary positions of one sample, by transformers' own rule (an image's
@@ -145,18 +148,20 @@ class WallXModel(nn.Module):
         every token, upcast to fp32, non-text labels ignored (transformers' causal-LM loss);
         ``"text"`` runs lm_head over the text tokens only; ``"chunked"`` too, a chunk of rows at a
         time whose fp32 logits are recomputed in backward rather than kept (the 152k-word vocabulary)."""
-        if self.lm_head_tokens == "chunked":
-            rows = hidden.index_select(1, self.text_positions).flatten(0, 1)
-            total = sum(checkpoint(self._chunk_loss, h, y, use_reentrant=False)
-                        for h, y in zip(rows.split(CE_CHUNK_ROWS), labels.flatten().split(CE_CHUNK_ROWS), strict=True))
-            return total / labels.numel()
-        if self.lm_head_tokens == "text":
-            logits = self.vlm.lm_head(hidden.index_select(1, self.text_positions))
-        else:
-            logits = self.vlm.lm_head(hidden)
-            labels = torch.full(logits.shape[:2], -100, dtype=labels.dtype, device=labels.device).index_copy(
+        count = labels.numel()
+        if self.lm_head_tokens == "all":
+            labels = torch.full(hidden.shape[:2], -100, dtype=labels.dtype, device=labels.device).index_copy(
                 1, self.text_positions, labels)
-        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+        else:
+            hidden = hidden.index_select(1, self.text_positions)
+        rows, labels = hidden.flatten(0, 1), labels.flatten()
+        if self.lm_head_tokens == "chunked":
+            total = sum(checkpoint(self.rows_loss, h, y, use_reentrant=False)
+                        for h, y in zip(rows.split(CE_CHUNK_ROWS), labels.split(CE_CHUNK_ROWS), strict=True))
+        else:
+            total = self.rows_loss(rows, labels)
+        return total / count
 
-    def _chunk_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(self.vlm.lm_head(hidden).float(), labels, reduction="sum")
+    def _rows_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Summed cross-entropy of (rows, hidden) states against (rows,) labels, -100 ignored."""
+        return F.cross_entropy(self.vlm.lm_head(hidden).float(), labels, ignore_index=-100, reduction="sum")

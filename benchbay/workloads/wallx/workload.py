@@ -35,6 +35,9 @@ class WallX(TrainingWorkload):
         "lm_head": Choice(("all", "text", "chunked"),
                           "all: lm_head over every token, as the official step; text: over the text tokens only; "
                           "chunked: text tokens, 1024 rows at a time, fp32 logits recomputed in backward"),
+        "loss_compile": Choice((False, True),
+                               "compile the text cross-entropy (lm_head, fp32 log-softmax; per chunk when "
+                               "chunked): the fp32 logits are never written"),
         **VIDEO_KNOBS,
     }
     params = {"preset": "wallx-3b", "action_horizon": 32, "layers": None, **VIDEO_PARAMS}
@@ -79,7 +82,8 @@ class WallX(TrainingWorkload):
         with torch.device(self.device):
             vlm = Qwen2_5_VLForConditionalGeneration(self.preset.vlm_config(self.params["layers"]))
             set_implementations(vlm, self.knob("attention"), self.knob("vision_attention"))
-            model = WallXModel(vlm, self.preset, self.layout, self.knob("attention"), self.knob("lm_head"))
+            model = WallXModel(vlm, self.preset, self.layout, self.knob("attention"), self.knob("lm_head"),
+                               self.knob("loss_compile"))
         if self.knob("data") == "video":
             self.feed = open_feed(self, CurrentFrame, QwenPatches(self.preset))
         return ModelParts(model=model, regions={"backbone": list(vlm.model.language_model.layers),

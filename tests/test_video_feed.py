@@ -4,6 +4,9 @@ suite records how long the step waited for them and what the loader's workers co
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import torch
 
@@ -141,3 +144,14 @@ def test_the_analysis_knows_the_video_knobs():
     from benchbay.decode.feed import VIDEO_KNOBS
 
     assert VIDEO_KNOB_NAMES == tuple(VIDEO_KNOBS)
+
+
+def test_training_workloads_import_without_pyav():
+    """The GPU host has no PyAV: only writing clips needs it, not the workloads on synthetic data."""
+    code = ("import builtins; real = builtins.__import__\n"
+            "def guarded(name, *args, **kwargs):\n"
+            "    if name.split('.')[0] == 'av': raise ImportError('no PyAV here')\n"
+            "    return real(name, *args, **kwargs)\n"
+            "builtins.__import__ = guarded\n"
+            "import benchbay.workloads.dreamzero, benchbay.workloads.wallx")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -27,7 +27,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 import pandas as pd
 
@@ -94,6 +93,8 @@ def pick_encoder(codec: str) -> str:
     candidates = ENCODERS.get(codec)
     if candidates is None:
         raise ValueError(f"unknown codec {codec!r}; known: {sorted(ENCODERS)}")
+    import av  # where clips are written: training workloads import this module without PyAV (GPU host)
+
     for name in candidates:
         try:
             av.codec.Codec(name, "w")
@@ -153,6 +154,8 @@ def _episode_seed(seed: int, episode: int) -> int:
 # ---- writing ------------------------------------------------------------------------------------
 
 def write_video(path: Path, spec: ClipSpec, camera_index: int, seed: int, encoder: str) -> None:
+    import av  # see pick_encoder
+
     path.parent.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration per file otherwise
     background = _background(spec, camera_index, seed)
@@ -228,6 +231,8 @@ def write_dataset(root: Path, spec: ClipSpec, seed: int = 0) -> Path:
 def cached_dataset(spec: ClipSpec, seed: int = 0, cache_dir: Path | None = None) -> Path:
     """The dataset for (spec, seed) under the cache, written once; concurrent writers are safe
     (each writes a private folder and renames it into place)."""
+    import av  # see pick_encoder
+
     cache_dir = Path(cache_dir or os.environ.get("BENCHBAY_DECODE_CACHE") or Path.home() / ".cache/benchbay/decode")
     key = hashlib.sha1(json.dumps([dataclasses.asdict(spec), seed, av.__version__]).encode()).hexdigest()[:12]
     root = cache_dir / key

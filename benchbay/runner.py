@@ -214,7 +214,13 @@ class SuiteRunner:
         slows every allocation): the snapshots go to ``<run>/memory/<point_id>-<repeat>/``, an entry
         per snapshot run to ``<run>/memory/snapshots.jsonl``."""
         search = self.suite.search
+        log = self.run / "memory" / "snapshots.jsonl"
+        # a resumed run: an edge snapshotted (or tried) before is not run again (each costs a whole point)
+        done = {(e["point_id"], e["repeat"]) for e in map(json.loads, log.read_text().splitlines())} \
+            if log.exists() else set()
         for role, record in search_edges(records, search.knob, search.headroom_gib, search.zero_retries):
+            if (record.point_id, record.repeat) in done:
+                continue
             point = replace(config, knobs=record.knobs, point_id=record.point_id, label=record.label)
             name = f"{record.point_id}-{record.repeat}"
             out = self.run / "memory" / name
@@ -225,7 +231,8 @@ class SuiteRunner:
                      "search_group": record.extra.get("search_group"), "knob": search.knob,
                      "value": record.knobs[search.knob], "role": role, "status": outcome.status,
                      "reason": outcome.reason, "snapshots": sorted(str(p) for p in out.glob("snapshot*.pickle"))}
-            with open(self.run / "memory" / "snapshots.jsonl", "a") as f:
+            log.parent.mkdir(parents=True, exist_ok=True)  # a snapshot that failed at its start made none
+            with open(log, "a") as f:
                 f.write(json.dumps(entry) + "\n")
 
 

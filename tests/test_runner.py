@@ -12,6 +12,8 @@ import pytest
 
 from benchbay import store
 from benchbay.collect.health import CpuSnapshot, HealthCheck, cpu_load, machine_warnings, point_warnings
+from benchbay.launch.base import Outcome
+from benchbay.record import Record, Status
 from benchbay.runner import SuiteRunner, derived_metrics
 from benchbay.suite import load
 from tests.conftest import TINY, benchbay_cmd, write_suite
@@ -197,6 +199,47 @@ timeout: 120
     assert max(r["knobs"]["mbs"] for r in records if r["status"] == "ok") == 16
     with pytest.raises(ValueError, match="no point labelled 'nope'"):
         SuiteRunner(load(path), tmp_path / "results", labels=["nope"])
+
+
+
+def test_a_resumed_search_does_not_snapshot_its_edges_again(tmp_path, in_repo):
+    """Each memory snapshot of a search's edges re-runs a whole point: a resumed run that finds one
+    recorded (even one that failed) leaves it be."""
+    path = write_suite(tmp_path / "search.yaml", f"""
+name: search-snapshots
+workload: {{name: "{TINY}", params: {{max_mbs: 3}}}}
+knobs: {{precision: fp32}}
+sweep: {{points: [{{label: fits}}], search: {{knob: mbs, min: 1, max: 8}}}}
+steps: {{warmup: 1, measure: 1}}
+""")
+    first = SuiteRunner(load(path), tmp_path / "results")
+    first.run_all()
+    records = [Record.from_json(r) for r in store.read_records(first.run)]
+    launcher = _Snapshotting(first.launcher)
+    runner = SuiteRunner(load(path), tmp_path / "results", resume=True, launcher=launcher)
+    runner.scratch = tmp_path / "scratch"
+    config = runner.tasks()[0][0]
+    runner._snapshot_edges(config, records)
+    assert sorted(launcher.launched) == [3, 4]  # the largest that fits and the smallest that does not
+    runner._snapshot_edges(config, records)
+    assert len(launcher.launched) == 2
+
+
+class _Snapshotting:
+    """A launcher that records which points it was asked to run, and fails them."""
+
+    def __init__(self, inner):
+        self.inner, self.launch, self.launched = inner, inner.launch, []
+
+    def device(self, requested):
+        return self.inner.device(requested)
+
+    def scratch(self, run):
+        return self.inner.scratch(run)
+
+    def run(self, spec, workdir):
+        self.launched.append(spec.knobs["mbs"])
+        return Outcome(status=Status.ERROR, reason="not run")
 
 
 # ---- the machine's health around a point ---------------------------------------------------------

@@ -14,6 +14,9 @@ from benchbay.launch.base import PointSpec
 from benchbay.runner import SuiteRunner
 from benchbay.suite import Point, Suite
 
+#: suite keys about measured points, which a profile run's manifest leaves out
+MEASURED_ONLY = ("breakdown", "equivalent", "equivalent_tolerance", "gate")
+
 
 class ProfilingRunner(SuiteRunner):
     """Runs the points whose label is one of ``labels`` (else the suite's ``profile`` list, else
@@ -21,7 +24,9 @@ class ProfilingRunner(SuiteRunner):
 
     def __init__(self, suite: Suite, labels: list[str] | None, results_root: str | Path = "results",
                  console: Console | None = None, peak_flops: float | None = None):
-        suite = replace(suite, name=f"{suite.name}-profile", search=None, repeats=1)
+        # what compares measured points (the breakdown, equivalent losses, gate) stays with the suite
+        raw = {k: v for k, v in suite.raw.items() if k not in MEASURED_ONLY} | {"name": f"{suite.name}-profile"}
+        suite = replace(suite, name=raw["name"], search=None, repeats=1, breakdown=[], gate=[], raw=raw)
         super().__init__(suite, results_root, console, labels=list(labels or suite.profile), peak_flops=peak_flops)
 
     def spec(self, point: Point, repeat: int = 0) -> PointSpec:

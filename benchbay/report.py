@@ -120,6 +120,7 @@ DISPLAY_NAMES = {
     "max_abs_diff": "max abs diff from first", "max_rel_diff": "max rel diff", "within_tolerance": "within tolerance",
     "step_time_cv": "CV", "peak_host_rss_gib": "peak host RSS (GiB)",
     "inflation_change": "inflation vs synthetic [CI]", "most vs best_change": "most vs best workers",
+    "noise_floor_change": "noise between processes",
 }
 
 
@@ -312,15 +313,17 @@ def _decoder_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Bloc
     return blocks
 
 
-def _video_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
-    table = data_loading.inflation_table(points)
+def _video_blocks(records: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
+    table = data_loading.inflation_table(records)
     if table.empty:
         return []
     blocks: list[Block] = [
         Heading("Video in the training loop", 3),
-        Text("Each data=video point against the same point on synthetic data: step-time inflation with its 95% "
-             "interval, the median wait for a batch and its share of the step, the loader workers' CPU (cores) "
-             "and the GPU's idle share (NVML)."),
+        Text("Each data=video point against the same point on synthetic data in its own run: step-time "
+             "inflation with its 95% interval, the median wait for a batch and its share of the step, the loader "
+             "workers' CPU (cores) and the GPU's idle share (NVML). A loader cannot make the step faster: the "
+             "largest speed-up shown at a batch size is the noise between processes there, and a point is "
+             "slower only when its whole interval lies above that noise."),
     ]
     figure = data_loading.plot_inflation(table, out_dir / f"{stem}-video_inflation.png")
     if figure is not None:
@@ -370,7 +373,9 @@ def _scaling_blocks(records: pd.DataFrame, stem: str, out_dir: Path) -> list[Blo
     return [*blocks, Table(display(table))]
 
 
-def _suite_blocks(points: pd.DataFrame, meta: Mapping, out_dir: Path, peak_flops: float | None) -> list[Block]:
+def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, out_dir: Path,
+                  peak_flops: float | None) -> list[Block]:
+    """One suite's sections: ``points`` its point summary, ``records`` its rows of the flat frame."""
     suite = str(points["suite"].iloc[0])
     stem = _slug(suite)
     blocks: list[Block] = [Heading(f"Suite {suite}")]
@@ -383,7 +388,7 @@ def _suite_blocks(points: pd.DataFrame, meta: Mapping, out_dir: Path, peak_flops
         _breakdown_blocks(points, meta, stem, out_dir),
         _loss_blocks(points, meta, stem, out_dir),
         _decoder_blocks(points, stem, out_dir),
-        _video_blocks(points, stem, out_dir),
+        _video_blocks(records, stem, out_dir),
         _profile_blocks(points, stem, out_dir),
     ):
         blocks += section
@@ -495,7 +500,8 @@ def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay r
     metas = _suite_metas(suite_meta)
     blocks = _overview(df, title)
     for suite, points in summary.groupby("suite", sort=False):
-        blocks += _suite_blocks(points.reset_index(drop=True), metas.get(suite, {}), out_dir, peak_flops)
+        blocks += _suite_blocks(points.reset_index(drop=True), df[df["suite"] == suite], metas.get(suite, {}), out_dir,
+                                peak_flops)
     blocks += _scaling_blocks(df, "scaling", out_dir)  # across suites: one configuration at several sizes
     (out_dir / "report.md").write_text(_markdown(blocks))
     html_path = out_dir / "report.html"

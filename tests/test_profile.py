@@ -206,6 +206,8 @@ sweep:
     - {{label: wide, mbs: 2}}
 steps: {{warmup: 1, measure: 2}}
 timeout: 120
+breakdown: [base, wide]
+equivalent: [[base, wide]]
 """)
     suite = load(path)
     with pytest.raises(ValueError, match="no point labelled 'nope'"):
@@ -218,3 +220,6 @@ timeout: 120
     assert record["extra"]["profile_dir"] == str(out)
     assert (out / "trace.json").exists() and (out / "top_ops.csv").exists()
     assert {"data", "backward", "optimizer"} <= set(record["extra"]["phases"])
+    # a profile run is not for comparing points: its manifest keeps no breakdown or equivalent losses
+    as_run = store.read_manifest(run)["suite_as_run"]
+    assert as_run["name"] == "prof-profile" and not {"breakdown", "equivalent"} & set(as_run)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import torch
 
 from benchbay import knobs as knob_table
@@ -127,14 +128,22 @@ timeout: 300
     assert by_label["video"]["extra"]["kb_per_frame"] > 0
     # the report sets each video point beside its synthetic twin
     from benchbay.analysis.data_loading import best_loaders, inflation_table
-    from benchbay.analysis.tables import point_summary
     from benchbay.report import build_report
 
     frame = store.load_runs([summary.run])
-    table = inflation_table(point_summary(frame))
+    table = inflation_table(frame)
     assert len(table) == 2 and table["synthetic step (s)"].notna().all()
     assert (table["synthetic step (s)"] == by_label["synthetic"]["metrics"]["step_time_s"]).all()
     assert len(best_loaders(table)) == 1
+    # another run of the same points (a later session, its steps 2x slower): each video point is set
+    # against its own run's synthetic step, not against the points of both runs pooled
+    later = frame.assign(run_id="later")
+    later["step_times_s"] = later["step_times_s"].map(lambda times: [2 * t for t in times])
+    later["step_time_s"] *= 2
+    both = inflation_table(pd.concat([frame, later], ignore_index=True))
+    assert len(both) == 4
+    pd.testing.assert_series_equal(both.loc[both["run_id"] == "later", "inflation_change"].reset_index(drop=True),
+                                   table["inflation_change"], rtol=1e-6)
     report = build_report(frame, tmp_path / "report", title="video").read_text()
     assert "Video in the training loop" in report and (tmp_path / "report" / "video-tiny-video_inflation.png").exists()
 
@@ -155,3 +164,23 @@ def test_training_workloads_import_without_pyav():
             "builtins.__import__ = guarded\n"
             "import benchbay.workloads.dreamzero, benchbay.workloads.wallx")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_loaders_speed_up_is_read_as_the_noise_between_processes():
+    """No loader makes the step faster: the largest speed-up at a batch size bounds what counts as a
+    slow-down there (each point is a process of its own; its interval is over its own steps)."""
+    from benchbay.analysis.compare import Verdict
+    from benchbay.analysis.data_loading import _with_noise_floor, workers_claim
+
+    rows = [("decord", 4, -0.16, -0.21, -0.12, Verdict.FASTER), ("pyav", 4, 0.10, 0.05, 0.15, Verdict.SLOWER),
+            ("pyav", 16, 0.40, 0.30, 0.50, Verdict.SLOWER), ("decord", 16, -0.06, -0.12, 0.05, Verdict.NOT_SIGNIFICANT)]
+    table = pd.DataFrame([{"workload": "dreamzero", "mbs": 1, "video_backend": b, "video_device": "cpu",
+                           "prefetch_factor": 2, "num_workers": w, "inflation_change": x, "inflation_change_low": lo,
+                           "inflation_change_high": hi, "verdict": v, "step (s)": 0.4 * (1 + x)}
+                          for b, w, x, lo, hi, v in rows])
+    read = _with_noise_floor(table)
+    assert (read["noise_floor_change"] == 0.16).all()
+    assert list(read["verdict"]) == [Verdict.NOT_SIGNIFICANT, Verdict.NOT_SIGNIFICANT, Verdict.SLOWER,
+                                     Verdict.NOT_SIGNIFICANT]
+    claim = workers_claim(read).set_index("video_backend")["claim"]
+    assert claim["pyav"] == "reproduced" and claim["decord"].startswith("not reproduced")

@@ -201,7 +201,6 @@ timeout: 120
         SuiteRunner(load(path), tmp_path / "results", labels=["nope"])
 
 
-
 def test_a_resumed_search_does_not_snapshot_its_edges_again(tmp_path, in_repo):
     """Each memory snapshot of a search's edges re-runs a whole point: a resumed run that finds one
     recorded (even one that failed) leaves it be."""

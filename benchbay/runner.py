@@ -98,9 +98,11 @@ class SuiteRunner:
 
     # ---- one point ------------------------------------------------------------------------------
     def spec(self, point: Point, repeat: int = 0) -> PointSpec:
+        shared = self.suite.compile_cache == "run" and self.scratch is not None
         return PointSpec(workload=point.workload, params=point.params, knobs=point.knobs, steps=self.suite.steps,
                          device=self.device, timeout=self.suite.timeout,
-                         profile_dir=str(self.run / "profiles" / f"{point.point_id}-{repeat}"))
+                         profile_dir=str(self.run / "profiles" / f"{point.point_id}-{repeat}"),
+                         compile_cache_dir=str(self.scratch / "inductor") if shared else None)
 
     def measure(self, point: Point, repeat: int, extra: dict[str, Any] | None = None) -> Record:
         """Run (or skip) one point, append its record, return it."""

@@ -118,6 +118,7 @@ class Suite:
     steps: Steps = Steps()
     repeats: int = 1
     timeout: float = 600.0
+    compile_cache: str = "point"  # COMPILE_CACHES
     devices: Devices = Devices()
     breakdown: list[str] = field(default_factory=list)
     gate: list[str] = field(default_factory=list)
@@ -200,8 +201,13 @@ def _apply_override(raw: dict[str, Any], item: str, file: str) -> None:
     node[last] = parse_scalar(value)
 
 
-_TOP_KEYS = {"name", "description", "workload", "knobs", "sweep", "steps", "repeats", "timeout", "devices",
-             "breakdown", "gate", "profile", "equivalent", "equivalent_tolerance"}
+#: where a point's compiled graphs are cached: "point", cold for each point (its first step is its
+#: compile time); "run", shared by the run's points (a later point with the same graphs loads them:
+#: cheaper points where compile time is not the question)
+COMPILE_CACHES = ("point", "run")
+
+_TOP_KEYS = {"name", "description", "workload", "knobs", "sweep", "steps", "repeats", "timeout", "compile_cache",
+             "devices", "breakdown", "gate", "profile", "equivalent", "equivalent_tolerance"}
 
 
 def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
@@ -227,6 +233,9 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
     devices = v.devices(raw.get("devices", {}))
     repeats = v.positive(raw, "repeats", int, 1)
     timeout = v.positive(raw, "timeout", (int, float), 600)
+    compile_cache = raw.get("compile_cache", "point")
+    if compile_cache not in COMPILE_CACHES:
+        v.error("compile_cache", f"one of {list(COMPILE_CACHES)}, got {compile_cache!r}")
     breakdown = v.list_of(raw, "breakdown", str)
     labels = {p.get("label") for p in points}
     for i, label in enumerate(breakdown):
@@ -247,8 +256,8 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
     v.raise_if_any()
     suite = Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
                   params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,
-                  steps=steps, repeats=repeats, timeout=float(timeout), devices=devices, breakdown=breakdown,
-                  gate=gate, profile=profile, raw=raw)
+                  steps=steps, repeats=repeats, timeout=float(timeout), compile_cache=compile_cache, devices=devices,
+                  breakdown=breakdown, gate=gate, profile=profile, raw=raw)
     if search is None:  # a search collapses points that differ only in the searched knob, on purpose
         v.distinct_points(suite)
     v.raise_if_any()

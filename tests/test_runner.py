@@ -7,10 +7,13 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
 from benchbay import store
+from benchbay.analysis.steady import warm
+from benchbay.analysis.tables import point_summary
 from benchbay.collect.health import CpuSnapshot, HealthCheck, cpu_load, machine_warnings, point_warnings
 from benchbay.launch.base import Outcome
 from benchbay.record import Record, Status
@@ -287,3 +290,33 @@ def test_a_points_own_processes_are_never_other_load():
     result = check.result()
     assert child.returncode == 0 and result["cpu_point_cores"] > 0
     assert not any("sum(i" in text for text in result["cpu_other_top"])
+
+
+@pytest.mark.slow
+def test_a_run_wide_compile_cache_lets_a_later_point_load_its_graphs(tmp_path, in_repo):
+    """compile_cache: run shares one cache: the second point (other weights, same graphs) loads
+    what the first compiled, says so, and its first step stays out of the amortisation table."""
+    path = write_suite(tmp_path / "cache.yaml", f"""
+name: shared-cache
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32, compile: blocks}}
+sweep: {{points: [{{label: first, seed: 0}}, {{label: second, seed: 1}}]}}
+steps: {{warmup: 1, measure: 2}}
+compile_cache: run
+timeout: 300
+""")
+    summary = SuiteRunner(load(path), tmp_path / "results").run_all()
+    hits = {r["label"]: r["extra"]["compile_cache_hits"] for r in store.read_records(summary.run)}
+    assert hits["first"] == 0 and hits["second"] > 0
+    points = point_summary(store.load_runs([summary.run]))
+    assert warm(points.set_index("label").loc["second"]) and not warm(points.set_index("label").loc["first"])
+
+
+def test_points_compile_cold_unless_the_suite_shares_a_cache(tmp_path):
+    suite = load(write_suite(tmp_path / "s.yaml", f"name: s\nworkload: {{name: \"{TINY}\"}}\n"))
+    runner = SuiteRunner(suite, tmp_path / "results")
+    runner.scratch = tmp_path / "scratch"
+    point = runner.tasks()[0][0]
+    assert runner.spec(point).compile_cache_dir is None
+    runner.suite = replace(suite, compile_cache="run")
+    assert runner.spec(point).compile_cache_dir == str(tmp_path / "scratch" / "inductor")

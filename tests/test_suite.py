@@ -66,6 +66,7 @@ sweep:
   search: {{knob: mbs, min: 8, max: 60, step: 8}}
 steps: {{warmup: -1, measure: 0, steady: later}}
 repeats: zero
+compile_cache: shared
 devices: {{type: tpu, torchrun: "yes"}}
 breakdown: [nope]
 equivalent_tolerance: {{rtol: -1, relative: 0.1}}
@@ -83,6 +84,7 @@ extra_key: 1
     assert "knobs.mbs" in problems and "positive integer" in problems["knobs.mbs"]
     assert "one of ['off', 'full', 'selective']" in problems["knobs.recompute"]
     assert "blocks" in problems["knobs.compile"]
+    assert problems["compile_cache"] == "one of ['point', 'run'], got 'shared'"
     for key in ("sweep.grid.mbs", "sweep.zip", "steps.warmup", "steps.measure", "steps.steady", "repeats",
                 "devices.type", "devices.torchrun", "sweep.search.step", "breakdown[0]", "extra_key",
                 "equivalent_tolerance.rtol", "equivalent_tolerance.relative"):

@@ -8,7 +8,8 @@ median of ``window`` steps from it on is too (one later hiccup does not restart 
 
 Amortisation: a compiled or graph-captured point pays a long first step to run faster later.
 It breaks even with the eager point after
-``(first_step_compiled - step_eager) / (step_eager - step_compiled)`` steps.
+``(first_step_compiled - step_eager) / (step_eager - step_compiled)`` steps. A point whose graphs
+came from the compile cache (``compile_cache: run``) did not pay a cold compile: it has no row.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from benchbay.analysis.frame import knob_columns, param_columns
+from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.record import Status
 
 #: knobs whose "off" value is the eager baseline of an amortisation comparison
@@ -59,9 +60,15 @@ def amortisation_steps(first_step_s: float, step_s: float, eager_step_s: float) 
     return overhead / saving if saving > 0 else math.inf
 
 
+def warm(row: pd.Series) -> bool:
+    """The point loaded compiled graphs from the cache: its first step is not a compile."""
+    hits = row.get("extra.compile_cache_hits")
+    return not is_missing(hits) and hits > 0
+
+
 def amortisation_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per ok compiled/graph point that has an ok eager twin (same knobs and params,
-    acceleration knobs off): first step, steady steps, overhead and break-even step count.
+    """One row per ok compiled/graph point that compiled cold and has an ok eager twin (same knobs
+    and params, acceleration knobs off): first step, steady steps, overhead and break-even step count.
 
     ``summary`` is :func:`benchbay.analysis.tables.point_summary`'s frame.
     """
@@ -83,7 +90,7 @@ def amortisation_table(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, row in ok.iterrows():
         eager = None if is_eager(row) else eager_by_key.get(key(row))
-        if eager is None or pd.isna(row["first_step_s"]) or pd.isna(eager["step_time_s"]):
+        if eager is None or pd.isna(row["first_step_s"]) or pd.isna(eager["step_time_s"]) or warm(row):
             continue
         rows.append({
             "point": row["name"],

@@ -11,8 +11,8 @@ process uses CUDA, device activity) and on exit writes into its folder:
 stored trace): the top-ops table, seconds per step of each phase of the step (the
 ``record_function`` ranges the harness and the workloads emit; on CUDA the device time of the
 kernels launched inside a range, on CPU the range's host time), the share of the profiled device
-time the GPU sat idle between kernels (launch-bound time), host-device syncs per step, and the
-compiler's graph breaks and recompiles so far in the process."""
+time the GPU sat idle between kernels (launch-bound time) and host-device syncs per step (the
+compiler's counters are in every record: ``benchbay.collect.compile``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import bisect
 import csv
 import json
 import os
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -84,9 +83,9 @@ class StepProfiler:
         try:
             figures = analyse(trace)
         except Exception as exc:  # a trace this code cannot read must not cost the point its timings
-            return {"profile_error": f"{type(exc).__name__}: {exc}", **compile_counters()}
+            return {"profile_error": f"{type(exc).__name__}: {exc}"}
         write_top_ops(self.out_dir / "top_ops.csv", figures["profile_top_ops"])
-        return {**figures, **compile_counters()}
+        return figures
 
 
 def analyse(trace_path: Path) -> dict[str, Any]:
@@ -109,28 +108,6 @@ def write_top_ops(path: Path, table: list[dict[str, Any]]) -> None:
         writer = csv.DictWriter(f, fieldnames=["name", "calls_per_step", "time_s", "share"])
         writer.writeheader()
         writer.writerows(table)
-
-
-def compile_counters() -> dict[str, int | None]:
-    """What torch.compile did in this process so far (None when it compiled nothing):
-    ``graph_breaks``: places where a break split a compiled frame (dynamo resumes after each in a
-    function of its own) plus frames dynamo gave up on and left eager (a break in a loop);
-    ``recompiles``: compilations dynamo gave a recompile reason for (its metrics keep the last 64);
-    ``compiled_graphs``: graphs compiled; ``cudagraph_skips``: graphs inductor did not run as CUDA
-    graphs (an input on the CPU, a mutation...) although asked to."""
-    none = dict.fromkeys(("graph_breaks", "recompiles", "compiled_graphs", "cudagraph_skips"))
-    if "torch._dynamo" not in sys.modules:
-        return none
-    from torch._dynamo.utils import counters, get_compilation_metrics
-
-    frames = counters["frames"]
-    if not frames["total"]:
-        return none
-    metrics = get_compilation_metrics()
-    return {"graph_breaks": len(counters["resumes"]) + frames["total"] - frames["ok"],
-            "recompiles": sum(1 for m in metrics if m.recompile_reason),
-            "compiled_graphs": counters["stats"]["unique_graphs"],
-            "cudagraph_skips": sum(1 for m in metrics if getattr(m, "cudagraph_skip_reason", None))}
 
 
 def _end(event: dict[str, Any]) -> float:

@@ -54,6 +54,7 @@ class PointSpec:
     profile_dir: str | None = None
     memory_snapshot: bool = False  # record the allocator's history (a batch search's edges)
     memory_snapshot_dir: str | None = None
+    compile_cache_dir: str | None = None  # shared by the run's points; None: a cold cache of its own
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

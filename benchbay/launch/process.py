@@ -74,8 +74,9 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
         old.unlink()
     env = {k: v for k, v in os.environ.items() if k not in ALLOC_VARS}  # alloc=default means default
     env.update(point_env(spec.knobs))
-    # a cold compile cache per point: first-step (compile) times must not depend on earlier points
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "inductor")
+    # a cold compile cache per point unless the suite shares one: first-step (compile) times must
+    # not depend on earlier points
+    env["TORCHINDUCTOR_CACHE_DIR"] = spec.compile_cache_dir or str(workdir / "inductor")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     timed_out, state = False, ""
     with open(log_path, "wb") as log:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from benchbay.collect import memory
+from benchbay.collect.compile import compile_counters
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
@@ -207,7 +208,7 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
     return {"metrics": metrics,
             "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
                        **({"data_waits_s": measured.data_s} if measured.data_s else {}), **sampler.series},
-            "extra": {**workload.extra_metrics(), **profiler.summary(), **snapshot.summary()}}
+            "extra": {**workload.extra_metrics(), **compile_counters(), **profiler.summary(), **snapshot.summary()}}
 
 
 def _data_wait(data_s: list[float], times: list[float]) -> dict[str, float]:

@@ -4,6 +4,8 @@ that are recorded rather than fatal, and the ``decode`` workload end to end."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -183,6 +185,31 @@ def test_decord2_runs_in_its_own_process(datasets, tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, cwd=REPO, timeout=120)
     frames = torch.from_numpy(np.load(tmp_path / "frames.npy"))
     assert mean_abs_diff(frames, _reference(ds, camera, INDICES)) <= FRAME_TOLERANCE
+
+
+def test_torchcodec_opens_with_pyavs_ffmpeg_only(datasets, tmp_path):
+    """The GPU host has no FFmpeg but PyAV's, its libraries linked under their plain sonames on
+    LD_LIBRARY_PATH (../shared/tools/device-env.sh): torchcodec opens clips there in a fresh process
+    (a DataLoader worker's situation), which needs PyAV's libraries loaded first."""
+    libs = Path(av.__file__).parents[1] / "av.libs"
+    if "torchcodec" not in IN_PROCESS or not libs.is_dir():
+        pytest.skip("needs torchcodec and a PyAV wheel that bundles FFmpeg")
+    links = tmp_path / "fflinks"
+    links.mkdir()
+    for lib in libs.glob("*.so*"):  # libavutil-5809ad29.so.60.26.102 -> libavutil.so.60
+        plain = re.sub(r"^(lib[A-Za-z0-9_]+)-[0-9a-f]+\.so\.([0-9]+).*$", r"\1.so.\2", lib.name)
+        (links / plain).symlink_to(lib)
+    ds = datasets["droid"]
+    script = textwrap.dedent(f"""
+        from benchbay.decode.backends import Settings, backend
+        handle = backend("torchcodec", Settings()).open({str(ds.video_path(ds.cameras[0], 0))!r})
+        print(tuple(handle.get_frames([0, 5]).shape))
+    """)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(links)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str((2, 64, 96, 3))
 
 
 def test_unavailable_backend_is_a_skip_reason(monkeypatch):

@@ -174,11 +174,22 @@ class TorchCodec(Backend):
     seek_modes = ("approximate", "exact")
 
     def _open(self, path: Path) -> Handle:
+        _load_bundled_ffmpeg()
         from torchcodec.decoders import VideoDecoder
 
         decoder = VideoDecoder(str(path), dimension_order="NHWC", seek_mode=self.options["seek_mode"],
                                num_ffmpeg_threads=self.options["threads"], device=self.settings.device)
         return _TorchCodecHandle(self.name, path, decoder)
+
+
+def _load_bundled_ffmpeg() -> None:
+    """Load PyAV's bundled FFmpeg, where PyAV is installed, before torchcodec looks for one. On a
+    host whose only FFmpeg is PyAV's (the GPU host, its libraries linked under their plain sonames)
+    torchcodec's libraries find those by name, but each needs its siblings under their hashed names,
+    which only an import of av has loaded: without it every training-loop torchcodec point on the
+    H200 failed with "Could not load libtorchcodec" (libdrm-b0291a67.so.2.4.0 not found)."""
+    if importlib.util.find_spec("av") is not None:
+        import av  # noqa: F401
 
 
 class _TorchCodecHandle(Handle):

@@ -153,16 +153,17 @@ def workers_claim(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _loader_name(backend: str, device: str) -> str:
+    return backend if device == "cpu" else f"{backend} ({device})"
+
+
 def plot_inflation(table: pd.DataFrame, path: Path) -> Path | None:
     """Inflation against num_workers, one line per backend, one panel per workload and mbs."""
     if table.empty or table["inflation_change"].isna().all():
         return None
     panels = list(table.groupby(["workload", "mbs"], dropna=False))
-    def name(backend: str, device: str) -> str:
-        return backend if device == "cpu" else f"{backend} ({device})"
-
     # one colour per loader across the panels
-    names = sorted({name(b, d) for b, d in zip(table["video_backend"], table["video_device"], strict=True)})
+    names = sorted({_loader_name(b, d) for b, d in zip(table["video_backend"], table["video_device"], strict=True)})
     colours = {n: f"C{i}" for i, n in enumerate(names)}
     fig = Figure(figsize=(5 * len(panels), 3.6))
     axes = fig.subplots(1, len(panels), squeeze=False)
@@ -173,7 +174,7 @@ def plot_inflation(table: pd.DataFrame, path: Path) -> Path | None:
             err = [100 * (value - line["inflation_change_low"].astype(float)).fillna(0),
                    100 * (line["inflation_change_high"].astype(float) - value).fillna(0)]
             ax.errorbar(line["num_workers"], 100 * value, yerr=err, marker="o", capsize=3,
-                        color=colours[name(backend, device)], label=name(backend, device))
+                        color=colours[_loader_name(backend, device)], label=_loader_name(backend, device))
         ax.axhline(0, color="grey", linewidth=0.8)
         ax.axhline(100 * WITHIN, color="grey", linewidth=0.8, linestyle="--")
         ax.set(title=f"{workload}, mbs {mbs}", xlabel="DataLoader workers", ylabel="step time vs synthetic (%)")

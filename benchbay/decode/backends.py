@@ -15,6 +15,7 @@ combinations crash when loaded together (decord2's FFmpeg before torchcodec's, o
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 from abc import ABC, abstractmethod
@@ -182,6 +183,7 @@ class TorchCodec(Backend):
         return _TorchCodecHandle(self.name, path, decoder)
 
 
+@functools.cache  # once a process: _open runs per sample, and a search for an absent module walks sys.path
 def _load_bundled_ffmpeg() -> None:
     """Load PyAV's bundled FFmpeg, where PyAV is installed, before torchcodec looks for one. On a
     host whose only FFmpeg is PyAV's (the GPU host, its libraries linked under their plain sonames)

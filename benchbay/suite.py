@@ -57,6 +57,13 @@ class Steps:
     measure: int = 10
     #: 'all' = every measured step; 'auto' = from where step times stop trending; [a, b) = step indices
     steady: Literal["all", "auto"] | tuple[int, int] = "all"
+    #: stop measuring once the measured steps took this many seconds, after MIN_BUDGETED_STEPS of
+    #: them: a step that decoding slows to 40 s is measured over 3 steps, not 16
+    max_measure_s: float | None = None
+
+
+#: the fewest measured steps a time budget leaves: a median and a spread need a few
+MIN_BUDGETED_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -243,6 +250,11 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
             v.error(f"breakdown[{i}]", f"a label of sweep.points ({sorted(x for x in labels if x)}), got {label!r}")
     gate = v.list_of(raw, "gate", str)
     profile = v.list_of(raw, "profile", str)
+    if steps.max_measure_s is not None:
+        if profile:  # the profiler's schedule counts the measured steps
+            v.error("steps.max_measure_s", "no budget with profile (profiled steps follow a fixed step count)")
+        if devices.nproc * devices.nnodes > 1:  # each rank would stop on its own clock, mid-collective
+            v.error("steps.max_measure_s", "one process (nproc and nnodes 1): ranks would stop at different steps")
     for i, group in enumerate(v.list_of(raw, "equivalent", list)):  # loss curves that should match
         for j, label in enumerate(group):
             if label not in labels:
@@ -422,8 +434,8 @@ class _Validator:
             self.error("steps", "a mapping with warmup, measure, steady")
             return Steps()
         for key in node:
-            if key not in ("warmup", "measure", "steady"):
-                self.error(f"steps.{key}", "one of warmup, measure, steady")
+            if key not in ("warmup", "measure", "steady", "max_measure_s"):
+                self.error(f"steps.{key}", "one of warmup, measure, steady, max_measure_s")
         warmup = node.get("warmup", Steps.warmup)
         measure = node.get("measure", Steps.measure)
         if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
@@ -436,7 +448,14 @@ class _Validator:
         elif steady not in ("all", "auto"):
             self.error("steps.steady", f"'all', 'auto' or [first, end) step indices, got {steady!r}")
             steady = "all"
-        out = Steps(warmup if isinstance(warmup, int) else 3, measure if isinstance(measure, int) else 10, steady)
+        budget = node.get("max_measure_s")
+        if budget is not None and (not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0):
+            self.error("steps.max_measure_s", f"a number of seconds > 0, got {budget!r}")
+            budget = None
+        if budget is not None and isinstance(steady, tuple):
+            self.error("steps.max_measure_s", "steady: all or auto (a budget can end the steps before a fixed window)")
+        out = Steps(warmup if isinstance(warmup, int) else 3, measure if isinstance(measure, int) else 10, steady,
+                    None if budget is None else float(budget))
         if isinstance(steady, tuple) and not 0 <= steady[0] < steady[1] <= out.warmup + out.measure:
             self.error("steps.steady", f"0 <= first < end <= warmup + measure ({out.warmup + out.measure}), "
                        f"got {list(steady)}")

@@ -320,3 +320,17 @@ def test_points_compile_cold_unless_the_suite_shares_a_cache(tmp_path):
     assert runner.spec(point).compile_cache_dir is None
     runner.suite = replace(suite, compile_cache="run")
     assert runner.spec(point).compile_cache_dir == str(tmp_path / "scratch" / "inductor")
+
+
+def test_a_measure_budget_ends_the_steps_after_the_fewest_it_allows(tmp_path, in_repo):
+    path = write_suite(tmp_path / "budget.yaml", f"""
+name: budget
+workload: {{name: "{TINY}"}}
+sweep: {{points: [{{label: a}}]}}
+steps: {{warmup: 1, measure: 20, max_measure_s: 0.000001}}
+timeout: 120
+""")
+    summary = SuiteRunner(load(path), tmp_path / "results").run_all()
+    (record,) = store.read_records(summary.run)
+    assert record["status"] == "ok" and record["metrics"]["measured_steps"] == 3
+    assert len(record["series"]["step_times_s"]) == 4 and len(record["series"]["losses"]) == 4

@@ -182,3 +182,21 @@ sweep: {{points: []}}
         "it does not exist"
     existing = f"name: ok\nworkload: {{name: decode, params: {{root: {tmp_path}}}}}\n"
     assert load(write_suite(tmp_path / "ok.yaml", existing)).params == {"root": str(tmp_path)}
+
+
+def test_a_measure_budget_is_seconds_for_one_unprofiled_process(tmp_path):
+    suite = load(write_suite(tmp_path / "ok.yaml", f'name: ok\nworkload: "{TINY}"\nsteps: {{max_measure_s: 30}}\n'))
+    assert suite.steps.max_measure_s == 30.0
+    with pytest.raises(SuiteError) as info:
+        load(write_suite(tmp_path / "bad.yaml", f"""
+name: bad
+workload: "{TINY}"
+sweep: {{points: [{{label: a}}]}}
+steps: {{max_measure_s: 30}}
+profile: [a]
+devices: {{nproc: 2}}
+"""))
+    expected = [p.expected for p in info.value.problems if p.key == "steps.max_measure_s"]
+    assert any("profile" in e for e in expected) and any("ranks would stop" in e for e in expected)
+    with pytest.raises(SuiteError, match=r"steps.max_measure_s: a number of seconds > 0, got 'soon'"):
+        load(write_suite(tmp_path / "word.yaml", f'name: w\nworkload: "{TINY}"\nsteps: {{max_measure_s: soon}}\n'))

@@ -30,6 +30,7 @@ from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
 from benchbay.launch.process import PHASE_MARK, die_with_parent
 from benchbay.record import Status
+from benchbay.suite import MIN_BUDGETED_STEPS
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
 
@@ -163,8 +164,10 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
     measured.build_s = time.perf_counter() - started
     timer = StepTimer(device)
     extra_steps = PROFILED_STEPS + 1 if spec.get("profile") else 0
+    measure_started = 0.0
+    i = 0
     with profiler, snapshot:
-        for i in range(total + extra_steps):
+        while i < total + extra_steps:
             measured.step_index = i
             if i == 0:
                 phase("first step (compiles and captures happen here)")
@@ -172,6 +175,7 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
                 phase(f"measuring steps {i}..{total - 1}")
                 memory.reset(device)
                 sampler.start()
+                measure_started = time.perf_counter()
             if i == total:
                 phase("profiled steps")
             if i < total:
@@ -185,10 +189,21 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
                     measured.grad_norms.append(out.grad_norm)
                 if out.data_s is not None:
                     measured.data_s.append(out.data_s)
+                if _budget_spent(steps, i, measure_started):
+                    phase(f"measure budget of {steps['max_measure_s']} s spent after step {i}")
+                    total = i + 1
             if i == total - 1:
                 sampler.stop()
             profiler.step()
+            i += 1
     measured.times = timer.times()
+
+
+def _budget_spent(steps: dict[str, Any], i: int, measure_started: float) -> bool:
+    """Whether step ``i``, a measured one, ends the measurement under ``steps.max_measure_s``."""
+    budget, measured = steps.get("max_measure_s"), i + 1 - steps["warmup"]
+    return (budget is not None and measured >= MIN_BUDGETED_STEPS
+            and i + 1 < steps["warmup"] + steps["measure"] and time.perf_counter() - measure_started >= budget)
 
 
 def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, measured: Measured,

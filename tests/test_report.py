@@ -460,3 +460,10 @@ def test_cpu_plot_needs_a_course_over_time(tmp_path, summary):
     first = summary.assign(cpu_util=summary["cpu_util"].map(lambda v: v[:1] if isinstance(v, list) else v))
     assert plots.cpu_utilisation(first, tmp_path / "cpu.png") is None  # one sample per point draws no line
     assert plots.cpu_utilisation(summary, tmp_path / "cpu.png") is not None
+
+
+def test_a_decoding_library_keeps_its_colour_in_every_figure():
+    one = plots.backend_colors(["pyav", "torchcodec"])
+    other = plots.backend_colors(["decord", "pyav", "torchcodec", "torchcodec (cuda)", "newlib"])
+    assert one["pyav"] == other["pyav"] and one["torchcodec"] == other["torchcodec"]
+    assert len(set(other.values())) == len(other)  # variants and unknown libraries get colours of their own

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from benchbay.analysis.breakdown import point_changes
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
+from benchbay.analysis.plots import backend_colors
 from benchbay.analysis.tables import point_summary
 from benchbay.record import Status
 
@@ -162,9 +163,8 @@ def plot_inflation(table: pd.DataFrame, path: Path) -> Path | None:
     if table.empty or table["inflation_change"].isna().all():
         return None
     panels = list(table.groupby(["workload", "mbs"], dropna=False))
-    # one colour per loader across the panels
-    names = sorted({_loader_name(b, d) for b, d in zip(table["video_backend"], table["video_device"], strict=True)})
-    colours = {n: f"C{i}" for i, n in enumerate(names)}
+    # one colour per loader across the panels, and the same as in the decoder reports
+    colours = backend_colors(sorted(map(_loader_name, table["video_backend"], table["video_device"])))
     fig = Figure(figsize=(5 * len(panels), 3.6))
     axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, ((workload, mbs), group) in zip(axes[0], panels, strict=True):

@@ -22,6 +22,19 @@ from benchbay.record import Status
 
 DPI = 110
 FAILED_STYLE = {Status.OOM: ("x", "tab:red"), "other": ("^", "black")}
+#: each decoding library keeps one colour in every figure and report (decoder latency, inflation)
+BACKEND_COLORS = {"torchcodec": "tab:green", "decord": "tab:blue", "decord2": "tab:cyan", "pyav": "tab:orange"}
+#: the colours of libraries not named above (and of their non-CPU variants), in order of appearance
+_OTHER_COLORS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:red", "tab:gray")
+
+
+def backend_colors(names) -> dict[str, str]:
+    """A colour per loader name (``torchcodec``, ``torchcodec (cuda)``...): its library's own."""
+    unique = list(dict.fromkeys(names))
+    others = iter(_OTHER_COLORS * (1 + len(unique) // len(_OTHER_COLORS)))
+    return {n: BACKEND_COLORS[n] if n in BACKEND_COLORS else next(others) for n in unique}
+
+
 #: a waterfall bar's colour by its verdict (``benchbay.analysis.breakdown``); anything else is grey
 VERDICT_COLORS = {Verdict.FASTER: "tab:green", Verdict.SLOWER: "tab:red"}
 NOT_SIGNIFICANT_COLOR = "lightgray"
@@ -144,7 +157,7 @@ def decoder_latency(summary: pd.DataFrame, path: Path) -> Path | None:
     p90 = points[LATENCY_P90].astype(float).to_numpy() if LATENCY_P90 in points else median
     upper = np.where(np.isfinite(p90), p90 - median, 0)
     backends = points["backend"].astype(str) if "backend" in points else points["name"]
-    palette = dict(zip(backends.unique(), _colors(backends.nunique()), strict=True))
+    palette = backend_colors(backends)
     y = np.arange(len(points))[::-1]
     ax.barh(y, median, xerr=[np.zeros_like(upper), upper], capsize=3, color=[palette[b] for b in backends])
     ax.set_yticks(y, list(points["name"]), fontsize=8)

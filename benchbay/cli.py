@@ -38,7 +38,8 @@ examples:
   benchbay baseline save quickstart --name main  keep the newest run as this machine's baseline
   benchbay gate quickstart --baseline main       exit 1 on a real regression (for CI)
 
-exit codes: 0 done; 1 a point failed (run) or a regression (gate); 2 bad input; 130 interrupted.
+exit codes: 0 done; 1 a point failed (run) or a regression (gate); 2 bad input; 3 out of --time-budget;
+130 interrupted.
 Bad input is said in one line; set BENCHBAY_TRACEBACK=1 for the traceback behind it."""
 
 #: any other status (a failure, or repeats that disagree) is bold red
@@ -118,7 +119,7 @@ def cmd_run(args) -> int:
     suite = _suite(args)
     resume = True if args.resume == "latest" else (args.resume or False)  # True: the latest run
     runner = SuiteRunner(suite, args.results, resume=resume, launcher=_launcher(args, suite), labels=args.point,
-                         peak_flops=_peak_flops())
+                         peak_flops=_peak_flops(), time_budget_s=args.time_budget)
     summary = runner.run_all()
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing new"
     console.print(f"results: {summary.run} ({counts})")
@@ -127,6 +128,8 @@ def cmd_run(args) -> int:
                       "may hold that noise (the report notes them)[/yellow]")
     if summary.interrupted:
         return 130
+    if summary.out_of_time:
+        return 3
     if not args.no_report:
         from benchbay.report import build_report
         from benchbay.store import load_runs
@@ -344,6 +347,9 @@ def _suite_commands(sub) -> None:
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_ID",
                    help="continue a run (the latest on this machine, or RUN_ID), skipping measured points")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="start no point once less time is left than the longest point so far took (exit code "
+                   "3, resumable): a job's time limit then falls between points")
     p.add_argument("--allow-failures", action="store_true",
                    help="exit 0 even when points end in error, crash, timeout, diverged or oom (outside a batch "
                    "search, where an oom is a result)")

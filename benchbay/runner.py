@@ -30,6 +30,7 @@ class RunSummary:
     run: Path
     counts: dict[str, int]  # statuses of the records this call measured
     interrupted: bool = False
+    out_of_time: bool = False  # stopped before a point the time budget had no room for (resumable)
     failed: list[str] = field(default_factory=list)  # every failed point of the run, described
     busy: int = 0  # records this call measured while the machine was not quiet
 
@@ -61,12 +62,15 @@ def derived_metrics(metrics: dict[str, Any], extra: dict[str, Any], world_size: 
 
 class SuiteRunner:
     """``launcher``: where points run (default: this machine); ``peak_flops``: the MFU denominator
-    (FLOP/s) for every point instead of the device's from the table in ``benchbay.analysis.mfu``."""
+    (FLOP/s) for every point instead of the device's from the table in ``benchbay.analysis.mfu``;
+    ``time_budget_s``: start no point once the time left is shorter than the longest point so far
+    (a job's time limit then ends the sweep between points, not inside one it would lose)."""
 
     def __init__(self, suite: Suite, results_root: str | Path = "results", console: Console | None = None,
                  resume: str | bool = False, launcher: Launcher | None = None, labels: list[str] | None = None,
-                 peak_flops: float | None = None):
+                 peak_flops: float | None = None, time_budget_s: float | None = None):
         self.suite = suite
+        self.time_budget_s = time_budget_s
         self.labels = list(labels or [])
         if self.labels:
             points = suite.expand()
@@ -152,6 +156,7 @@ class SuiteRunner:
         store.write_manifest(self.run, manifest)
         summary = RunSummary(self.run, {})
         warned: set[str] = set()
+        started, longest = time.perf_counter(), 0.0
         with self.launcher.scratch(self.run) as scratch, SweepProgress(self.console, self.suite.name,
                                                                        len(tasks)) as progress:
             self.scratch = scratch
@@ -160,8 +165,15 @@ class SuiteRunner:
                     if (point.point_id, repeat) in self.done and not self.suite.search:
                         progress.advance(measured=False)
                         continue
+                    left = None if self.time_budget_s is None else self.time_budget_s - (time.perf_counter() - started)
+                    if left is not None and left < longest:
+                        summary.out_of_time = True
+                        progress.note(f"time budget: {left:.0f} s left, a point has taken up to {longest:.0f} s; "
+                                      f"continue with --resume {self.run.name}")
+                        break
                     progress.start(i, point.label or f"point {point.index}")
                     records = self._search(point, repeat) if self.suite.search else [self.measure(point, repeat)]
+                    longest = max([longest, *(r.duration_s for r in records)])
                     for record in records:
                         summary.counts[record.status] = summary.counts.get(record.status, 0) + 1
                         summary.busy += warn_once(record, warned, progress)
@@ -171,7 +183,7 @@ class SuiteRunner:
                 summary.interrupted = True
                 progress.note(f"interrupted: records so far are kept in {self.run}; "
                               f"continue with --resume {self.run.name}")
-        manifest.update(state="interrupted" if summary.interrupted else "complete",
+        manifest.update(state="interrupted" if summary.interrupted or summary.out_of_time else "complete",
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         store.write_manifest(self.run, manifest)
         latest = {(r.point_id, r.repeat): r for r in map(Record.from_json, store.read_records(self.run))}

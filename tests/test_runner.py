@@ -334,3 +334,21 @@ timeout: 120
     (record,) = store.read_records(summary.run)
     assert record["status"] == "ok" and record["metrics"]["measured_steps"] == 3
     assert len(record["series"]["step_times_s"]) == 4 and len(record["series"]["losses"]) == 4
+
+
+def test_a_time_budget_stops_between_points_and_a_resume_completes(tmp_path, in_repo):
+    path = write_suite(tmp_path / "tb.yaml", f"""
+name: tb
+workload: {{name: "{TINY}"}}
+sweep: {{grid: {{mbs: [1, 2, 3]}}}}
+steps: {{warmup: 1, measure: 2}}
+timeout: 120
+""")
+    suite = load(path)
+    # the first point always runs; after it, a budget shorter than it leaves no room for another
+    summary = SuiteRunner(suite, tmp_path / "results", time_budget_s=0.001).run_all()
+    assert summary.out_of_time and summary.counts == {"ok": 1}
+    assert store.read_manifest(summary.run)["state"] == "interrupted"
+    resumed = SuiteRunner(suite, tmp_path / "results", resume=summary.run.name).run_all()
+    assert resumed.counts == {"ok": 2} and not resumed.out_of_time
+    assert len(store.read_records(summary.run)) == 3

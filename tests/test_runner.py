@@ -16,6 +16,7 @@ from benchbay.analysis.steady import warm
 from benchbay.analysis.tables import point_summary
 from benchbay.collect.health import CpuSnapshot, HealthCheck, cpu_load, machine_warnings, point_warnings
 from benchbay.launch.base import Outcome
+from benchbay.progress import describe
 from benchbay.record import Record, Status
 from benchbay.runner import SuiteRunner, derived_metrics
 from benchbay.suite import load
@@ -333,6 +334,7 @@ timeout: 120
     summary = SuiteRunner(load(path), tmp_path / "results").run_all()
     (record,) = store.read_records(summary.run)
     assert record["status"] == "ok" and record["metrics"]["measured_steps"] == 3
+    assert record["extra"]["measure_budget_spent"] and "3 steps (measure budget)" in describe(Record.from_json(record))
     assert len(record["series"]["step_times_s"]) == 4 and len(record["series"]["losses"]) == 4
 
 

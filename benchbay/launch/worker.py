@@ -113,6 +113,7 @@ class Measured:
     grad_norms: list[torch.Tensor] = field(default_factory=list)
     data_s: list[float] = field(default_factory=list)  # per timed step, when the workload reports it
     step_index: int = -1  # the step running when something failed; -1: before the first
+    budget_spent: bool = False  # steps.max_measure_s ended the measured steps early
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -191,7 +192,7 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
                     measured.data_s.append(out.data_s)
                 if _budget_spent(steps, i, measure_started):
                     phase(f"measure budget of {steps['max_measure_s']} s spent after step {i}")
-                    total = i + 1
+                    total, measured.budget_spent = i + 1, True
             if i == total - 1:
                 sampler.stop()
             profiler.step()
@@ -223,7 +224,8 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
     return {"metrics": metrics,
             "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
                        **({"data_waits_s": measured.data_s} if measured.data_s else {}), **sampler.series},
-            "extra": {**workload.extra_metrics(), **compile_counters(), **profiler.summary(), **snapshot.summary()}}
+            "extra": {**workload.extra_metrics(), **compile_counters(), **profiler.summary(), **snapshot.summary(),
+                      **({"measure_budget_spent": True} if measured.budget_spent else {})}}
 
 
 def _data_wait(data_s: list[float], times: list[float]) -> dict[str, float]:

@@ -7,6 +7,7 @@ writes one PNG to ``path`` and returns it, or returns None when there is nothing
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,9 +31,8 @@ _OTHER_COLORS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:red", 
 
 def backend_colors(names) -> dict[str, str]:
     """A colour per loader name (``torchcodec``, ``torchcodec (cuda)``...): its library's own."""
-    unique = list(dict.fromkeys(names))
-    others = iter(_OTHER_COLORS * (1 + len(unique) // len(_OTHER_COLORS)))
-    return {n: BACKEND_COLORS[n] if n in BACKEND_COLORS else next(others) for n in unique}
+    others = itertools.cycle(_OTHER_COLORS)
+    return {n: BACKEND_COLORS[n] if n in BACKEND_COLORS else next(others) for n in dict.fromkeys(names)}
 
 
 #: a waterfall bar's colour by its verdict (``benchbay.analysis.breakdown``); anything else is grey

@@ -90,7 +90,7 @@ def _profiler(spec: dict[str, Any], steps: dict[str, Any]):
     from benchbay.collect.profile import StepProfiler
 
     # the profiler's own warm-up step (tracing already on) is the first extra step, never a timed one
-    measured = steps["warmup"] + steps["measure"]
+    measured = total_steps(steps)
     return StepProfiler(Path(spec["profile_dir"]), warmup=measured + 1, active=PROFILED_STEPS)
 
 
@@ -113,7 +113,6 @@ class Measured:
     grad_norms: list[torch.Tensor] = field(default_factory=list)
     data_s: list[float] = field(default_factory=list)  # per timed step, when the workload reports it
     step_index: int = -1  # the step running when something failed; -1: before the first
-    budget_spent: bool = False  # steps.max_measure_s ended the measured steps early
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -158,7 +157,7 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
              profiler: Any, snapshot: MemorySnapshot, measured: Measured) -> None:
     """Warm-up, measured and (when profiling) profiled steps; fills ``measured``."""
     steps = spec["steps"]
-    total = steps["warmup"] + steps["measure"]
+    total = total_steps(steps)
     phase("build")
     started = time.perf_counter()
     step = workload.prepare()
@@ -190,9 +189,9 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
                     measured.grad_norms.append(out.grad_norm)
                 if out.data_s is not None:
                     measured.data_s.append(out.data_s)
-                if _budget_spent(steps, i, measure_started):
+                if _budget_spent(steps, i, total, measure_started):
                     phase(f"measure budget of {steps['max_measure_s']} s spent after step {i}")
-                    total, measured.budget_spent = i + 1, True
+                    total = i + 1
             if i == total - 1:
                 sampler.stop()
             profiler.step()
@@ -200,11 +199,17 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
     measured.times = timer.times()
 
 
-def _budget_spent(steps: dict[str, Any], i: int, measure_started: float) -> bool:
-    """Whether step ``i``, a measured one, ends the measurement under ``steps.max_measure_s``."""
-    budget, measured = steps.get("max_measure_s"), i + 1 - steps["warmup"]
-    return (budget is not None and measured >= MIN_BUDGETED_STEPS
-            and i + 1 < steps["warmup"] + steps["measure"] and time.perf_counter() - measure_started >= budget)
+def total_steps(steps: dict[str, Any]) -> int:
+    """The warm-up and measured steps a suite asks for (the timed ones, profiled steps aside)."""
+    return steps["warmup"] + steps["measure"]
+
+
+def _budget_spent(steps: dict[str, Any], i: int, total: int, measure_started: float) -> bool:
+    """Whether step ``i``, a measured one before the last of ``total``, ends the measurement under
+    ``steps.max_measure_s``."""
+    budget = steps.get("max_measure_s")
+    return (budget is not None and i + 1 - steps["warmup"] >= MIN_BUDGETED_STEPS and i + 1 < total
+            and time.perf_counter() - measure_started >= budget)
 
 
 def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, measured: Measured,
@@ -225,7 +230,8 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
             "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
                        **({"data_waits_s": measured.data_s} if measured.data_s else {}), **sampler.series},
             "extra": {**workload.extra_metrics(), **compile_counters(), **profiler.summary(), **snapshot.summary(),
-                      **({"measure_budget_spent": True} if measured.budget_spent else {})}}
+                      # timed steps short of the configured ones: the measure budget ended them
+                      **({"measure_budget_spent": True} if len(times) < total_steps(spec["steps"]) else {})}}
 
 
 def _data_wait(data_s: list[float], times: list[float]) -> dict[str, float]:

@@ -319,9 +319,10 @@ def _video_blocks(records: pd.DataFrame, stem: str, out_dir: Path) -> list[Block
         return []
     blocks: list[Block] = [
         Heading("Video in the training loop", 3),
-        Text("Each data=video point against the same point on synthetic data in its own run: step-time "
-             "inflation with its 95% interval, the median wait for a batch and its share of the step, the loader "
-             "workers' CPU (cores) and the GPU's idle share (NVML). A loader cannot make the step faster: the "
+        Text("Each data=video point against the same point on synthetic data in its own run: the inflation of "
+             "the mean step (workers deliver batches together: most steps find one ready and the next waits for "
+             "all, so the median step hides the wait) with its 95% interval, the wait per step and its share, the "
+             "loader workers' CPU (cores) and the GPU's idle share (NVML). A loader cannot make the step faster: the "
              "largest speed-up shown at a batch size is the noise between processes there, and a point is "
              "slower only when its whole interval lies above that noise."),
     ]
@@ -334,7 +335,8 @@ def _video_blocks(records: pd.DataFrame, stem: str, out_dir: Path) -> list[Block
     if len(claim):
         blocks += [Heading("Do more loader workers slow the step? (RLinf's claim)", 4),
                    Text("The most workers against the best worker count of the same backend: reproduced "
-                        "when their inflation intervals do not overlap."),
+                        "when the most workers are slower than synthetic data beyond the noise between processes "
+                        "and their interval lies above the best count's."),
                    Table(display(claim))]
     return blocks
 

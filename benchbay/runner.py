@@ -41,11 +41,15 @@ DELIVERED_RATE = "loader_samples_per_s"
 
 def derived_metrics(metrics: dict[str, Any], extra: dict[str, Any], world_size: int,
                     peak_flops: float | None) -> dict[str, Any]:
-    """Throughput and MFU from the worker's step time, samples per step and FLOPs. A loader's step
-    is the wait for its next batch, which a queue its workers filled ahead answers at once (8 workers
-    on an H200 host: a median wait of 1.4 ms, "691 samples/s", against 54 delivered per second), so
-    its throughput is what it delivered over its window, or none where it gave no rate."""
-    step, samples = metrics.get("step_time_s"), metrics.get("samples_per_step")
+    """Throughput and MFU over the measured window: samples per step over the mean step, not the
+    median. The median is a step that did not wait: DataLoader workers deliver their batches
+    together, so most steps find one ready and the next waits for all (H200, DreamZero-5B mbs 24,
+    4 PyAV workers: median 2.83 s, mean 6.43 s). A loader's step is the wait for its next batch,
+    which a queue its workers filled ahead answers at once (8 workers on an H200 host: a median
+    wait of 1.4 ms, "691 samples/s", against 54 delivered per second), so its throughput is what it
+    delivered over its window, or none where it gave no rate."""
+    step = metrics.get("step_time_mean_s") or metrics.get("step_time_s")
+    samples = metrics.get("samples_per_step")
     out: dict[str, Any] = {"samples_per_s": None, "samples_per_s_per_gpu": None, "mfu": None,
                            "peak_flops": peak_flops}
     if DELIVERED_RATE in extra:

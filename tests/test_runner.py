@@ -9,12 +9,14 @@ import sys
 import time
 from dataclasses import replace
 
+import psutil
 import pytest
 
 from benchbay import store
 from benchbay.analysis.steady import warm
 from benchbay.analysis.tables import point_summary
 from benchbay.collect.health import CpuSnapshot, HealthCheck, cpu_load, machine_warnings, point_warnings
+from benchbay.collect.system import ChildrenCpu
 from benchbay.launch.base import Outcome
 from benchbay.progress import describe
 from benchbay.record import Record, Status
@@ -58,7 +60,7 @@ timeout: 120
         assert len(r["series"]["step_times_s"]) == 6 and len(r["series"]["losses"]) == 6
         m = r["metrics"]
         assert m["measured_steps"] == 4 and m["warmup_steps"] == 2
-        assert m["samples_per_s_per_gpu"] == pytest.approx(r["knobs"]["mbs"] / m["step_time_s"])
+        assert m["samples_per_s_per_gpu"] == pytest.approx(r["knobs"]["mbs"] / m["step_time_mean_s"])  # over the window
         assert m["step_time_p10_s"] <= m["step_time_s"] <= m["step_time_p90_s"]
     manifest = store.read_manifest(summary.run)
     assert manifest["state"] == "complete" and manifest["suite_as_run"]["name"] == "smoke"
@@ -256,6 +258,12 @@ def test_a_loaders_throughput_is_what_it_delivered_not_its_median_wait():
     assert step["samples_per_s"] == 16 and step["samples_per_s_per_gpu"] == 8 and step["mfu"] == 0.08
 
 
+def test_a_training_steps_throughput_is_over_its_window_not_its_median_step():
+    # 4 workers in phase: three steps find a batch ready, the fourth waits for all four
+    bursts = {"step_time_s": 2.8, "step_time_mean_s": 6.4, "samples_per_step": 24}
+    assert derived_metrics(bursts, {}, 1, None)["samples_per_s_per_gpu"] == pytest.approx(24 / 6.4)
+
+
 def test_other_load_is_the_busy_time_the_point_did_not_use():
     start = CpuSnapshot(perf_t=0.0, wall_t=1000.0, busy_s=100.0, own_s=10.0,
                         others={(7, 900.0): ("stress", 50.0), (8, 900.0): ("idle", 5.0)})
@@ -354,3 +362,24 @@ timeout: 120
     resumed = SuiteRunner(suite, tmp_path / "results", resume=summary.run.name).run_all()
     assert resumed.counts == {"ok": 2} and not resumed.out_of_time
     assert len(store.read_records(summary.run)) == 3
+
+
+def test_a_child_that_exits_keeps_the_cpu_it_used():
+    children = ChildrenCpu(psutil.Process())
+    burn = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"
+                             "while time.process_time() < end: pass\ntime.sleep(1)"])
+    deadline = time.monotonic() + 30
+    while children.seconds() < 0.25 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = children.seconds()
+    burn.wait()
+    assert alive >= 0.25 and children.seconds() >= alive  # a sum over live children drops to 0 here
+
+
+def test_a_noisy_points_line_gives_the_mean_step_its_rate_is_over():
+    record = Record(suite="s", run_id="r", point_id="p", workload="w", status=Status.OK, device="cuda",
+                    metrics={"step_time_s": 2.83, "step_time_mean_s": 6.43, "step_time_cv": 1.2,
+                             "samples_per_s_per_gpu": 24 / 6.43})
+    assert describe(record).startswith("ok p: 2830.0 ms/step (mean 6430.0), 3.73 samples/s/GPU, noisy: CV 1.20")
+    quiet = replace(record, metrics={**record.metrics, "step_time_cv": 0.002})
+    assert "mean" not in describe(quiet)

@@ -33,20 +33,23 @@ _CHANGE_COLUMNS = ("step_change", "step_change_low", "step_change_high",
                    "throughput_change", "throughput_change_low", "throughput_change_high", "verdict")
 
 
-def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95) -> dict[str, Any]:
-    """Relative change of step time and throughput from ``base`` to ``cand`` (0.1 = +10 %), with
-    bootstrap bounds (NaN where a side has no per-step samples), and the verdict on throughput."""
+def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95,
+                  statistic: str = "median") -> dict[str, Any]:
+    """Relative change of step time (its ``statistic``) and throughput from ``base`` to ``cand``
+    (0.1 = +10 %), with bootstrap bounds (NaN where a side has no per-step samples), and the verdict
+    on throughput."""
     out = dict.fromkeys(_CHANGE_COLUMNS, np.nan)
     if base["steady_samples"] and cand["steady_samples"]:
-        est = bootstrap_ratio(base["steady_samples"], cand["steady_samples"], confidence=confidence)
+        est = bootstrap_ratio(base["steady_samples"], cand["steady_samples"], statistic=statistic,
+                              confidence=confidence)
         ratio, low, high = est.ratio, est.low, est.high
     else:
-        ratio = cand["step_time_s"] / base["step_time_s"]
+        step = {"median": "step_time_s", "mean": "step_time_mean_s"}[statistic]
+        ratio = cand[step] / base[step]
         low = high = np.nan
     out.update(step_change=ratio - 1, step_change_low=low - 1, step_change_high=high - 1)
     # samples each GPU processes per step, cand over base (exact: set by the configuration)
-    per_step = ((cand["samples_per_s_per_gpu"] * cand["step_time_s"])
-                / (base["samples_per_s_per_gpu"] * base["step_time_s"]))
+    per_step = cand["samples_per_step"] / base["samples_per_step"]
     if np.isfinite(per_step):
         out.update(throughput_change=per_step / ratio - 1,
                    throughput_change_low=per_step / high - 1, throughput_change_high=per_step / low - 1)

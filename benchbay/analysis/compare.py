@@ -18,7 +18,9 @@ confidence interval (repeats, then steps), a Mann-Whitney p-value, and a verdict
 
 Per-step samples come from the steady window of ``step_times_s`` (after ``warmup_steps``). Rates
 (samples/s, samples/s/GPU, MFU) are proportional to 1/step time within a record, so their per-step
-samples are the recorded figure scaled by ``step_time_s / t``. Peak memory has one value per
+samples are the recorded figure scaled by ``T / t``, T the step it was computed over: the mean
+step of a training step (older records: the median), given exactly by samples per step over
+samples/s/GPU; the median wait of a loader, whose figure is what it delivered. Peak memory has one value per
 repeat; with a single repeat its interval collapses to the point (memory peaks are close to
 deterministic) and the verdict rests on ``min_change`` alone.
 
@@ -238,10 +240,19 @@ def metric_samples(row: pd.Series | dict, metric: Metric) -> np.ndarray:
         steps = steady_step_times(row)
         if steps.size and metric.column == "step_time_s":
             return steps
-        step_time = row.get("step_time_s")
+        step_time = _rated_step(row)
         if steps.size and not is_missing(value) and not is_missing(step_time) and (steps > 0).all():
             return float(value) * float(step_time) / steps
     return np.empty(0) if is_missing(value) else np.array([float(value)])
+
+
+def _rated_step(row: pd.Series | dict) -> float | None:
+    """The step time a record's rates were computed over (see the module docstring)."""
+    samples, per_gpu = row.get("samples_per_step"), row.get("samples_per_s_per_gpu")
+    if is_missing(row.get("extra.loader_samples_per_s")) and not is_missing(samples) and not is_missing(per_gpu) \
+            and per_gpu > 0:
+        return float(samples) / float(per_gpu)
+    return row.get("step_time_s")
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:

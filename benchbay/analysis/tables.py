@@ -70,9 +70,10 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     if samples:
         pooled = np.concatenate(samples)
         out["step_time_s"], out["step_time_cv"] = float(np.median(pooled)), coefficient_of_variation(pooled)
+        out["step_time_mean_s"] = float(np.mean(pooled))
     else:
-        out["step_time_s"] = ok["step_time_s"].median() if "step_time_s" in ok else np.nan
-        out["step_time_cv"] = ok["step_time_cv"].median() if "step_time_cv" in ok else np.nan
+        for m in ("step_time_s", "step_time_cv", "step_time_mean_s"):
+            out[m] = ok[m].median() if m in ok else np.nan
     for m in MEDIAN_METRICS:
         out[m] = ok[m].median() if m in ok else np.nan
     for m in MAX_METRICS:

@@ -25,6 +25,30 @@ def children_cpu_seconds(proc: psutil.Process) -> float:
     return total
 
 
+class ChildrenCpu:
+    """User + system CPU seconds the children of ``proc`` (DataLoader workers, compile workers) used
+    since it was made. A child that exited counts at its last reading: dropped from a sum over the
+    live ones, its time read as negative load (H200, no loader workers: -28% of a core)."""
+
+    def __init__(self, proc: psutil.Process):
+        self.proc = proc
+        self.first = self._read()
+        self.last = dict(self.first)
+
+    def _read(self) -> dict[tuple[int, float], float]:
+        seconds = {}
+        for child in self.proc.children(recursive=True):
+            try:
+                seconds[(child.pid, child.create_time())] = sum(child.cpu_times()[:2])
+            except psutil.Error:  # exited meanwhile
+                pass
+        return seconds
+
+    def seconds(self) -> float:
+        self.last.update(self._read())
+        return sum(self.last.values()) - sum(self.first.values())
+
+
 def tree_cpu_seconds(proc: psutil.Process) -> float:
     """User + system CPU seconds of ``proc`` and its live children."""
     return sum(proc.cpu_times()[:2]) + children_cpu_seconds(proc)
@@ -58,9 +82,10 @@ class SystemSampler:
     def _run(self) -> None:
         proc = psutil.Process()
         start = last_t = time.perf_counter()
-        last_own, last_children = sum(proc.cpu_times()[:2]), children_cpu_seconds(proc)
+        children_cpu = ChildrenCpu(proc)
+        last_own, last_children = sum(proc.cpu_times()[:2]), 0.0
         while not self._stop.wait(self.interval_s):
-            now, own, children = time.perf_counter(), sum(proc.cpu_times()[:2]), children_cpu_seconds(proc)
+            now, own, children = time.perf_counter(), sum(proc.cpu_times()[:2]), children_cpu.seconds()
             elapsed = max(now - last_t, 1e-9)
             # percent of one core, as top shows it: 200% = two cores busy
             self.series["cpu_util"].append(100.0 * (own + children - last_own - last_children) / elapsed)

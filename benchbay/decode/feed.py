@@ -4,9 +4,12 @@ decode package's own dataset and decoders) and turn them into what the model's r
 over (``SamplePipeline``: DreamZero's tiled DROID canvas, Wall-X's Qwen2.5-VL image patches).
 
 The step then waits for the batch like a real step does: ``TrainingWorkload.prepare`` times that
-wait (``data_wait_s``), the system sampler the workers' CPU. The workers' prefetch backlog
-(``num_workers x prefetch_factor`` batches, filled while the first step compiles) is drained in
-the first step, so that every measured batch was decoded while training ran.
+wait (``data_wait_s``), the system sampler the workers' CPU. The workers are asked for
+``num_workers x prefetch_factor`` batches ahead (``backlog``), which they make while the first step
+compiles: the harness warms up over that many more steps (``Workload.batches_ahead``), so that
+every measured batch was asked for, and decoded, while the steps ran. Draining them before the
+first step would not do: the workers refill the queue while it compiles (H200, DreamZero-5B mbs
+24, 4 PyAV workers: 7 steps found a batch ready, then one waited 13 s).
 """
 
 from __future__ import annotations
@@ -91,8 +94,6 @@ class VideoFeed:
     def next(self) -> torch.Tensor:
         if self._batches is None:
             self._batches = iter(self.loader)
-            for _ in range(self.backlog):  # what the workers prepared during the first step
-                next(self._batches)
         return next_batch(self._batches, self.loader)
 
     def content(self) -> dict[str, float]:

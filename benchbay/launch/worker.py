@@ -162,6 +162,10 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
     started = time.perf_counter()
     step = workload.prepare()
     measured.build_s = time.perf_counter() - started
+    ahead = workload.batches_ahead()
+    if ahead:  # made while the first steps ran: warm up over them (Workload.batches_ahead)
+        steps = spec["steps"] = {**steps, "warmup": steps["warmup"] + ahead}
+        total = total_steps(steps)
     timer = StepTimer(device)
     extra_steps = PROFILED_STEPS + 1 if spec.get("profile") else 0
     measure_started = 0.0
@@ -235,11 +239,12 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
 
 
 def _data_wait(data_s: list[float], times: list[float]) -> dict[str, float]:
-    """How long the steady steps waited for their batches: the median wait, and its share of the
-    steps' time (the GPU has nothing of the step to run while the host waits)."""
+    """How long the steady steps waited for their batches: the mean wait per step (not the median:
+    workers deliver batches together, so most steps wait for nothing and one for all), and its
+    share of the steps' time (the GPU has nothing of the step to run while the host waits)."""
     if not data_s or len(data_s) != len(times) or not sum(times):
         return {}
-    return {"data_wait_s": statistics.median(data_s), "data_wait_share": sum(data_s) / sum(times)}
+    return {"data_wait_s": statistics.fmean(data_s), "data_wait_share": sum(data_s) / sum(times)}
 
 
 def _failure(exc: BaseException, step_index: int, device: torch.device, after_steps: bool = False) -> dict[str, Any]:

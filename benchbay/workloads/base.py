@@ -22,11 +22,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 from torch.profiler import record_function
+
+if TYPE_CHECKING:
+    from benchbay.decode.feed import VideoFeed
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,12 @@ class Workload:
         """Workload-specific figures to store in the record after the measured steps."""
         return {}
 
+    def batches_ahead(self) -> int:
+        """Batches a loader's workers have been asked for ahead of the step (after ``prepare``).
+        The harness warms up over that many more steps: the workers make them while the first
+        steps compile, and measured, they would pass for a loader that keeps up."""
+        return 0
+
     # --- what the harness calls (each kind of workload says how it is run) ----------------------
     def harness_skip_reason(self, world_size: int) -> str | None:
         """Why the harness cannot run this point here, beyond ``skip_reason`` (None if it can)."""
@@ -154,6 +163,8 @@ class TrainingWorkload(Workload):
     #: with the video knobs (decode.feed): the generated dataset ``data: video`` reads without
     #: ``params.root`` (a decode.clips.PRESETS name)
     video_preset: ClassVar[str | None] = None
+    #: data=video: the feed ``build`` opened (benchbay.decode.feed), else None
+    feed: VideoFeed | None = None
 
     # --- to implement -------------------------------------------------------------------------
     def build(self) -> ModelParts:
@@ -174,6 +185,9 @@ class TrainingWorkload(Workload):
         return torch.optim.AdamW(params, lr=1e-5)
 
     # --- the harness's side -------------------------------------------------------------------
+    def batches_ahead(self) -> int:
+        return self.feed.backlog if self.feed else 0
+
     def harness_skip_reason(self, world_size: int) -> str | None:
         from benchbay.knobs import training  # the knobs apply to training workloads: imported lazily
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
-from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, VideoFeed, open_feed, video_unavailable
+from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, open_feed, video_unavailable
 from benchbay.decode.patterns import DreamZeroFullClip
 from benchbay.workloads.base import Choice, ModelParts, TrainingWorkload
 from benchbay.workloads.dreamzero import flops, mask
@@ -67,7 +67,6 @@ class DreamZero(TrainingWorkload):
         super().__init__(params, knobs, device)
         self.preset: Preset = preset(self.params["preset"], self.params["layers"])
         self.layout = self.preset.layout()
-        self.feed: VideoFeed | None = None  # data=video: made in build
         self.encoders: FrozenEncoders | None = None  # frozen_encoders=in_step: made in build
 
     # --- protocol -----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 from torch.profiler import record_function
 from transformers import Qwen2_5_VLForConditionalGeneration
 
-from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, VideoFeed, open_feed, video_unavailable
+from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, open_feed, video_unavailable
 from benchbay.decode.patterns import CurrentFrame
 from benchbay.workloads.base import Choice, ModelParts, TrainingWorkload
 from benchbay.workloads.wallx.attention import set_implementations, varlen_unavailable
@@ -54,7 +54,6 @@ class WallX(TrainingWorkload):
         self.layout = SequenceLayout.wallx(self.preset.prompt_tokens, self.preset.image_tokens, self.preset.cameras,
                                            self.preset.instruction_tokens, self.params["action_horizon"])
         self._vision: VisionInputs | None = None
-        self.feed: VideoFeed | None = None  # data=video: made in build
 
     @property
     def layers(self) -> int:

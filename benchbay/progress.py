@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Column
 
-from benchbay.analysis.quality import noise_note
+from benchbay.analysis.quality import is_noisy, noise_note
 from benchbay.record import Record, Status
 
 BUSY_TAG = "[busy machine]"
@@ -41,8 +41,8 @@ def _step(metrics: dict) -> str:
     median, mean = metrics.get("step_time_s"), metrics.get("step_time_mean_s")
     if not median:
         return ""
-    return f"{median * 1e3:.1f} ms/step" + (f" (mean {mean * 1e3:.1f})" if mean and noise_note(
-        metrics.get("step_time_cv")) else "")
+    noisy = mean and is_noisy(metrics.get("step_time_cv"))
+    return f"{median * 1e3:.1f} ms/step" + (f" (mean {mean * 1e3:.1f})" if noisy else "")
 
 
 class SweepProgress:

@@ -14,15 +14,20 @@ from benchbay.analysis.stats import coefficient_of_variation
 from benchbay.collect import nvml
 
 
-def children_cpu_seconds(proc: psutil.Process) -> float:
-    """User + system CPU seconds of the live children of ``proc`` (e.g. DataLoader workers)."""
-    total = 0.0
+def _live_children_cpu(proc: psutil.Process) -> dict[tuple[int, float], float]:
+    """User + system CPU seconds of each live child of ``proc``, by (pid, creation time)."""
+    seconds = {}
     for child in proc.children(recursive=True):
         try:
-            total += sum(child.cpu_times()[:2])
-        except psutil.Error:
+            seconds[(child.pid, child.create_time())] = sum(child.cpu_times()[:2])
+        except psutil.Error:  # exited meanwhile
             pass
-    return total
+    return seconds
+
+
+def children_cpu_seconds(proc: psutil.Process) -> float:
+    """User + system CPU seconds of the live children of ``proc`` (e.g. DataLoader workers)."""
+    return sum(_live_children_cpu(proc).values())
 
 
 class ChildrenCpu:
@@ -32,20 +37,11 @@ class ChildrenCpu:
 
     def __init__(self, proc: psutil.Process):
         self.proc = proc
-        self.first = self._read()
+        self.first = _live_children_cpu(proc)
         self.last = dict(self.first)
 
-    def _read(self) -> dict[tuple[int, float], float]:
-        seconds = {}
-        for child in self.proc.children(recursive=True):
-            try:
-                seconds[(child.pid, child.create_time())] = sum(child.cpu_times()[:2])
-            except psutil.Error:  # exited meanwhile
-                pass
-        return seconds
-
     def seconds(self) -> float:
-        self.last.update(self._read())
+        self.last.update(_live_children_cpu(self.proc))
         return sum(self.last.values()) - sum(self.first.values())
 
 

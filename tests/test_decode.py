@@ -106,6 +106,17 @@ def test_cached_dataset_is_written_once(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no staging folder left behind
 
 
+def test_cached_dataset_is_found_without_pyav(tmp_path, monkeypatch):
+    # the GPU host has no PyAV: a cache written elsewhere serves it, and an absent one says what to do
+    first = clips.cached_dataset(TINY["droid"], seed=1, cache_dir=tmp_path)
+    assert json.loads((first / "meta" / "info.json").read_text())["features"][TINY["droid"].cameras[0]]["info"][
+        "video.encoder_library"] == f"PyAV {av.__version__}"
+    monkeypatch.setitem(sys.modules, "av", None)
+    assert clips.cached_dataset(TINY["droid"], seed=1, cache_dir=tmp_path) == first
+    with pytest.raises(ModuleNotFoundError, match="writing one needs PyAV.*BENCHBAY_DECODE_CACHE"):
+        clips.cached_dataset(TINY["droid"], seed=2, cache_dir=tmp_path)
+
+
 def test_missing_encoder_is_reported(monkeypatch):
     monkeypatch.setitem(clips.ENCODERS, "av1", ("benchbay-no-such-encoder",))
     with pytest.raises(clips.EncoderUnavailable, match="no av1 encoder"):

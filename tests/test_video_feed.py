@@ -132,6 +132,7 @@ timeout: 300
     assert by_label["video-workers"]["metrics"]["child_cpu_util_mean"] > 0
     assert by_label["video"]["extra"]["kb_per_frame"] > 0
     # the report sets each video point beside its synthetic twin
+    from benchbay.analysis import data_loading
     from benchbay.analysis.data_loading import best_loaders, inflation_table
     from benchbay.report import build_report
 
@@ -150,6 +151,10 @@ timeout: 300
     assert len(both) == 4
     pd.testing.assert_series_equal(both.loc[both["run_id"] == "later", "inflation_change"].reset_index(drop=True),
                                    table["inflation_change"], rtol=1e-6)
+    # the later run stands for each loader; the earlier rows stay, named as measured again
+    assert both.groupby("run_id")["measured again in"].unique().map(list).to_dict() == {
+        summary.run.name: ["later"], "later": [""]}
+    assert len(best_loaders(both)) == 1 and len(data_loading.current(both)) == 2
     report = build_report(frame, tmp_path / "report", title="video").read_text()
     assert "Video in the training loop" in report and (tmp_path / "report" / "video-tiny-video_inflation.png").exists()
 

@@ -184,11 +184,14 @@ def _lowdim(spec: ClipSpec, episode: int, seed: int) -> pd.DataFrame:
 
 
 def _info(spec: ClipSpec, encoder: str) -> dict[str, Any]:
+    import av  # see pick_encoder
+
     video_info = {"video.fps": spec.fps, "video.height": spec.height, "video.width": spec.width,
                   "video.channels": 3, "video.codec": spec.codec, "video.pix_fmt": spec.pix_fmt,
                   "video.is_depth_map": False, "has_audio": False,
                   # not in LeRobot's schema: how the synthetic videos were made
-                  "video.encoder": encoder, "video.crf": spec.crf, "video.g": spec.gop}
+                  "video.encoder": encoder, "video.encoder_library": f"PyAV {av.__version__}",
+                  "video.crf": spec.crf, "video.g": spec.gop}
     features: dict[str, Any] = {
         key: {"dtype": "video", "shape": [spec.height, spec.width, 3], "names": ["height", "width", "channels"],
               "info": video_info} for key in spec.cameras}
@@ -230,14 +233,21 @@ def write_dataset(root: Path, spec: ClipSpec, seed: int = 0) -> Path:
 
 def cached_dataset(spec: ClipSpec, seed: int = 0, cache_dir: Path | None = None) -> Path:
     """The dataset for (spec, seed) under the cache, written once; concurrent writers are safe
-    (each writes a private folder and renames it into place)."""
-    import av  # see pick_encoder
-
+    (each writes a private folder and renames it into place). Finding a written one needs no PyAV,
+    so a cache made elsewhere serves a host without it (the GPU host); its info.json says which
+    PyAV wrote it."""
     cache_dir = Path(cache_dir or os.environ.get("BENCHBAY_DECODE_CACHE") or Path.home() / ".cache/benchbay/decode")
-    key = hashlib.sha1(json.dumps([dataclasses.asdict(spec), seed, av.__version__]).encode()).hexdigest()[:12]
+    key = hashlib.sha1(json.dumps([dataclasses.asdict(spec), seed]).encode()).hexdigest()[:12]
     root = cache_dir / key
     if (root / "meta" / "info.json").exists():
         return root
+    try:
+        import av  # noqa: F401  (see pick_encoder)
+    except ImportError as e:
+        raise ModuleNotFoundError(
+            f"no generated dataset for this clip spec under {cache_dir} (key {key}), and writing one needs PyAV: "
+            "install av, point BENCHBAY_DECODE_CACHE at a cache written where it is installed, "
+            "or give params.root a LeRobot dataset") from e
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_dir))
     write_dataset(staging / "dataset", spec, seed)

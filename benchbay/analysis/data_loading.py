@@ -20,6 +20,7 @@ from benchbay.analysis.breakdown import point_changes
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.analysis.plots import backend_colors
+from benchbay.analysis.steady import WAITED, first_dry_step
 from benchbay.analysis.tables import point_summary
 from benchbay.record import Status
 
@@ -28,9 +29,6 @@ VIDEO_KNOB_NAMES = ("data", "video_backend", "video_device", "num_workers", "pre
 #: a loader keeps the step "as fast as synthetic data" within this inflation (the issue's 10%)
 WITHIN = 0.10
 LOADER = ["video_backend", "video_device", "num_workers", "prefetch_factor"]
-#: a step that waits this share of its time for batches found the loader's queue empty (H200: a
-#: loader that keeps up leaves 0.05-0.09% of the step waiting, one that runs dry 22-79%)
-RAN_DRY = 0.01
 
 
 def video_points(summary: pd.DataFrame) -> pd.DataFrame:
@@ -114,14 +112,18 @@ def _inflation_in_run(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def _lower_bound(point: pd.Series) -> str:
-    """Why a slow-down may be larger than shown: a warm-up shorter than the batches the workers were
-    asked for ahead (records made before ``Workload.batches_ahead``) left batches they made while
-    the first step compiled to the measured steps. A loader that keeps up is not affected: its
-    queue stays full, and its steps wait for next to nothing."""
-    ahead = point["num_workers"] * point["prefetch_factor"]
-    short = ahead and not is_missing(point.get("warmup_steps")) and point["warmup_steps"] <= ahead
-    ran_dry = not is_missing(point.get("data_wait_share")) and point["data_wait_share"] >= RAN_DRY
-    return "yes: warm-up shorter than the workers' backlog" if short and ran_dry else ""
+    """Why a slow-down may be larger than shown: the loader's queue first ran dry inside the
+    measured steps, so the first of them found batches made ahead (records made before the
+    warm-up drained a loader behind the step, ``launch.worker``). A loader that keeps up is not
+    affected: its steps wait for next to nothing, nor is decoding in the step's process (no queue)."""
+    waits, times = point.get("data_waits_s"), point.get("step_times_s")
+    ran_dry = not is_missing(point.get("data_wait_share")) and point["data_wait_share"] >= WAITED
+    if not point["num_workers"] or not ran_dry or not isinstance(waits, (list, tuple)) or len(waits) != len(times):
+        return ""
+    first = first_dry_step(waits, times)
+    measured_from = int(point["warmup_steps"])
+    return (f"yes: its queue first ran dry at step {first}, in the measured steps (from {measured_from})"
+            if first is not None and first >= measured_from else "")
 
 
 def _loader_cores(child_cpu_percent):

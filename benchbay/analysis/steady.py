@@ -10,6 +10,10 @@ Amortisation: a compiled or graph-captured point pays a long first step to run f
 It breaks even with the eager point after
 ``(first_step_compiled - step_eager) / (step_eager - step_compiled)`` steps. A point whose graphs
 came from the compile cache (``compile_cache: run``) did not pay a cold compile: it has no row.
+
+A loader's steady state: its workers make batches ahead, so a loader slower than the step is
+hidden until its queue first runs dry (``first_dry_step``); steps measured before that pass for a
+loader that keeps up.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ import pandas as pd
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.record import Status
 
+#: a step waited for its batch when the wait took this share of it: the loader's queue was empty
+#: (one that keeps up leaves 0.05-0.09% of an H200 step waiting)
+WAITED = 0.01
 #: knobs whose "off" value is the eager baseline of an amortisation comparison
 ACCELERATION_KNOBS = ("compile", "cuda_graph")
 OFF = "off"
@@ -45,6 +52,15 @@ def detect_warmup(step_times: Sequence[float], rel_tol: float = 0.05, window: in
     point_ok = np.abs(x[: rolling.size] - level) <= tol
     start = np.flatnonzero(point_ok & settled_from)
     return int(start[0]) if start.size else int(rolling.size)
+
+
+def first_dry_step(waits: Sequence[float], durations: Sequence[float]) -> int | None:
+    """The first step after the first (which waits for the workers' start) that waited for its
+    batch (``waits`` and ``durations`` per step); None while the loader's queue never ran dry."""
+    for i, (wait, duration) in enumerate(zip(waits, durations, strict=True)):
+        if i and wait > WAITED * duration:
+            return i
+    return None
 
 
 def amortisation_steps(first_step_s: float, step_s: float, eager_step_s: float) -> float:

@@ -30,12 +30,12 @@ from benchbay.record import Status
 MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "first_step_s", "samples_per_step",
                   "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu", "cpu_util_mean",
                   "gpu_util_mean", "compile_time_s", "warmup_steps", "data_wait_s", "data_wait_share",
-                  "child_cpu_util_mean")
+                  "child_cpu_util_mean", "loader_s")
 #: figures summarised by their maximum over the ok repeats (the worst case is what limits a batch)
 MAX_METRICS = ("peak_mem_allocated_gib", "peak_mem_reserved_gib", "device_mem_total_gib", "alloc_retries",
                "nvml_mem_used_gib", "peak_host_rss_gib")
 #: per-record lists kept from the first ok repeat
-SERIES = ("step_times_s", "losses", "cpu_util", "cpu_util_t")
+SERIES = ("step_times_s", "losses", "cpu_util", "cpu_util_t", "data_waits_s")
 IDENTITY = ("suite", "workload", "point_id", "world_size", "device", "env.gpu", "knob_names")
 
 

@@ -10,10 +10,16 @@ compiles: the harness warms up over that many more steps (``Workload.batches_ahe
 every measured batch was asked for, and decoded, while the steps ran. Draining them before the
 first step would not do: the workers refill the queue while it compiles (H200, DreamZero-5B mbs
 24, 4 PyAV workers: 7 steps found a batch ready, then one waited 13 s).
+
+Each batch also says what it cost the loader (``last_loader_s``: a worker's time to make it over
+the workers; without workers, the time to make it here): the step cannot run faster than that on
+average, and a loader slower than the step whose queue has not yet run dry is still being drained
+(the harness warms up until it does, ``launch.worker``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,7 +71,8 @@ def _codecs(params: dict[str, Any], preset: str) -> set[str]:
 
 
 class _Frames(torch.utils.data.Dataset):
-    """Item i: the model input of sample i (the decoded views through the sample pipeline)."""
+    """Item i: the model input of sample i (the decoded views through the sample pipeline) and the
+    seconds it took to make, in the worker that made it."""
 
     def __init__(self, decoded: DecodeDataset, pipeline: SamplePipeline):
         self.decoded, self.pipeline = decoded, pipeline
@@ -73,8 +80,9 @@ class _Frames(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.decoded)
 
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return self.pipeline(self.decoded[i]["frames"])
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, float]:
+        started = time.perf_counter()
+        return self.pipeline(self.decoded[i]["frames"]), time.perf_counter() - started
 
 
 class VideoFeed:
@@ -90,11 +98,14 @@ class VideoFeed:
                                   prefetch_factor=knobs["prefetch_factor"], pin_memory=knobs["pin_memory"],
                                   collate_fn=None)
         self._batches = None
+        self.last_loader_s: float | None = None  # what the last batch cost the loader (module docstring)
 
     def next(self) -> torch.Tensor:
         if self._batches is None:
             self._batches = iter(self.loader)
-        return next_batch(self._batches, self.loader)
+        batch, made_s = next_batch(self._batches, self.loader)  # one worker makes a batch's samples in turn
+        self.last_loader_s = float(made_s.sum()) / max(self.loader.num_workers, 1)
+        return batch
 
     def content(self) -> dict[str, float]:
         return self.dataset.content()

@@ -77,6 +77,12 @@ class _NoProfiler(contextlib.nullcontext):
 
 
 PROFILED_STEPS = 3
+#: a loader is behind the step when a batch costs its workers this much more than a step takes
+LOADER_BEHIND = 1.05
+#: the warm-up drains a loader that is behind for at most this many times its backlog in more steps
+DRAIN_LIMIT = 4
+#: the steps (and their batches) that tell whether a loader is behind
+RECENT = 3
 #: a point dumps its threads' stacks into its log this long before its timeout (faulthandler's own
 #: watchdog thread: it works while the main thread is blocked in C code)
 STACK_DUMP_LEAD_S = 5.0
@@ -112,6 +118,9 @@ class Measured:
     losses: list[torch.Tensor] = field(default_factory=list)
     grad_norms: list[torch.Tensor] = field(default_factory=list)
     data_s: list[float] = field(default_factory=list)  # per timed step, when the workload reports it
+    loader_s: list[float] = field(default_factory=list)  # per timed step, when the workload reports it
+    started: list[float] = field(default_factory=list)  # host clock at each timed step's start
+    drain_steps: int = 0  # warm-up steps added while a loader behind the step was still being drained
     step_index: int = -1  # the step running when something failed; -1: before the first
 
 
@@ -175,6 +184,8 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
             measured.step_index = i
             if i == 0:
                 phase("first step (compiles and captures happen here)")
+            if i == steps["warmup"] and measured.drain_steps < DRAIN_LIMIT * ahead and _draining(measured):
+                steps["warmup"], total, measured.drain_steps = i + 1, total + 1, measured.drain_steps + 1
             if i == steps["warmup"]:  # figures of the measured steps only
                 phase(f"measuring steps {i}..{total - 1}")
                 memory.reset(device)
@@ -183,6 +194,7 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
             if i == total:
                 phase("profiled steps")
             if i < total:
+                measured.started.append(time.perf_counter())
                 timer.start()
             out = step(i)
             if i < total:
@@ -193,6 +205,8 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
                     measured.grad_norms.append(out.grad_norm)
                 if out.data_s is not None:
                     measured.data_s.append(out.data_s)
+                if out.loader_s is not None:
+                    measured.loader_s.append(out.loader_s)
                 if _budget_spent(steps, i, total, measure_started):
                     phase(f"measure budget of {steps['max_measure_s']} s spent after step {i}")
                     total = i + 1
@@ -201,6 +215,24 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
             profiler.step()
             i += 1
     measured.times = timer.times()
+
+
+def _draining(measured: Measured) -> bool:
+    """Whether the warm-up so far left a loader that is behind the step still hidden by its queue:
+    no step since the first ran it dry (analysis.steady.first_dry_step), while the last batches
+    cost the workers more than the last steps took. Measured then, its steps would find batches
+    made ahead and pass for a loader that keeps up (H200, DreamZero-5B mbs 24, 2 decord workers:
+    the first 4 measured steps found a batch ready, then every other one waited 1.4-2 s). The last
+    batches, not all: those made while the first step compiled took longer."""
+    from benchbay.analysis.steady import first_dry_step
+
+    counts = {len(measured.loader_s), len(measured.data_s), len(measured.started)}
+    if len(counts) > 1 or len(measured.started) <= RECENT:
+        return False
+    ends = [*measured.started[1:], time.perf_counter()]
+    durations = [end - start for start, end in zip(measured.started, ends, strict=True)]
+    return (first_dry_step(measured.data_s, durations) is None
+            and statistics.fmean(measured.loader_s[-RECENT:]) > LOADER_BEHIND * statistics.fmean(durations[-RECENT:]))
 
 
 def total_steps(steps: dict[str, Any]) -> int:
@@ -230,12 +262,15 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
                "frozen_flops_per_sample": flops.get("frozen"),
                "measured_steps": end - first, **memory.peak(device), **sampler.summary()}
     metrics.update(_data_wait(measured.data_s[first:end], times[first:end]))
+    if measured.loader_s[first:end]:  # the mean step a loader can feed (decode.feed's last_loader_s)
+        metrics["loader_s"] = statistics.fmean(measured.loader_s[first:end])
     return {"metrics": metrics,
             "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
                        **({"data_waits_s": measured.data_s} if measured.data_s else {}), **sampler.series},
             "extra": {**workload.extra_metrics(), **compile_counters(), **profiler.summary(), **snapshot.summary(),
                       # timed steps short of the configured ones: the measure budget ended them
-                      **({"measure_budget_spent": True} if len(times) < total_steps(spec["steps"]) else {})}}
+                      **({"measure_budget_spent": True} if len(times) < total_steps(spec["steps"]) else {}),
+                      **({"drain_steps": measured.drain_steps} if measured.drain_steps else {})}}
 
 
 def _data_wait(data_s: list[float], times: list[float]) -> dict[str, float]:

@@ -67,6 +67,7 @@ class StepOutput:
     loss: torch.Tensor | None = None
     grad_norm: torch.Tensor | None = None
     data_s: float | None = None  # host time the step spent getting its batch (waiting for the loader)
+    loader_s: float | None = None  # what its batch cost the loader's workers, per worker (decode.feed)
 
 
 #: a prepared step: step index -> its output
@@ -204,6 +205,6 @@ class TrainingWorkload(Workload):
                 batch = self.batch(index)
             data_s = time.perf_counter() - started
             loss, grad_norm, _ = train_step(batch)
-            return StepOutput(loss, grad_norm, data_s)
+            return StepOutput(loss, grad_norm, data_s, self.feed.last_loader_s if self.feed else None)
 
         return one

@@ -27,10 +27,11 @@ def describe(record: Record) -> str:
         per = "GPU" if (record.device or "cuda") == "cuda" else "device"
         rate, mem = m.get("samples_per_s_per_gpu"), m.get("peak_mem_allocated_gib")
         rss = m.get("host_rss_gib") if mem is None else None
-        budget = record.extra.get("measure_budget_spent")
+        budget, drained = record.extra.get("measure_budget_spent"), record.extra.get("drain_steps")
         parts = [_step(m), f"{rate:.2f} samples/s/{per}" if rate else "", f"{mem:.1f} GiB" if mem else "",
                  f"{rss:.1f} GiB host RSS" if rss else "", noise_note(m.get("step_time_cv")) or "",
-                 f"{m.get('measured_steps')} steps (measure budget)" if budget else ""]
+                 f"{m.get('measured_steps')} steps (measure budget)" if budget else "",
+                 f"loader behind the step: warmed up {drained} more steps until it ran dry" if drained else ""]
         return f"ok {name}{knob}: " + ", ".join(p for p in parts if p) + busy
     return f"{record.status} {name}{knob}: {record.reason or ''}"[:300] + busy
 

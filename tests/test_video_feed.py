@@ -19,6 +19,8 @@ from benchbay.decode.feed import open_dataset
 from benchbay.decode.loader import SampleDecoder
 from benchbay.decode.patterns import CurrentFrame, DreamZeroFullClip
 from benchbay.launch.worker import _data_wait
+from benchbay.progress import describe
+from benchbay.record import Record
 from benchbay.runner import SuiteRunner
 from benchbay.suite import load
 from benchbay.workloads.dreamzero import DreamZero
@@ -186,6 +188,7 @@ steps: {{warmup: 1, measure: 6}}
     assert len(waits) == 6 and min(waits) > 0.02  # every measured step waited for its batch
     assert behind["metrics"]["loader_s"] == pytest.approx(0.2)
     assert "drain_steps" not in keeps_up["extra"] and keeps_up["metrics"]["warmup_steps"] == 1 + 4
+    assert f"warmed up {drained} more steps until it ran dry" in describe(Record.from_json(behind))
 
 
 def test_the_analysis_knows_the_video_knobs():

@@ -14,11 +14,11 @@ import torch
 
 from benchbay import knobs as knob_table
 from benchbay import store
-from benchbay.decode.backends import Settings, backend
+from benchbay.decode.backends import DecodeError, Settings, backend
 from benchbay.decode.feed import open_dataset
 from benchbay.decode.loader import SampleDecoder
 from benchbay.decode.patterns import CurrentFrame, DreamZeroFullClip
-from benchbay.launch.worker import _data_wait
+from benchbay.launch.worker import _data_wait, _failure
 from benchbay.progress import describe
 from benchbay.record import Record
 from benchbay.runner import SuiteRunner
@@ -189,6 +189,28 @@ steps: {{warmup: 1, measure: 6}}
     assert behind["metrics"]["loader_s"] == pytest.approx(0.2)
     assert "drain_steps" not in keeps_up["extra"] and keeps_up["metrics"]["warmup_steps"] == 1 + 4
     assert f"warmed up {drained} more steps until it ran dry" in describe(Record.from_json(behind))
+
+
+class _Undecodable(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i: int):
+        try:  # as torchcodec fails on a host without FFmpeg: a long message, its cause chained
+            raise RuntimeError("Could not load libtorchcodec. Likely causes:\n  1. FFmpeg is not installed")
+        except RuntimeError as exc:
+            raise DecodeError("torchcodec", "/data/videos/chunk-000/ep0.mp4", f"RuntimeError: {exc}") from exc
+
+
+def test_a_decoder_failing_in_a_loader_worker_is_named_in_the_record():
+    with pytest.raises(RuntimeError) as caught:
+        next(iter(torch.utils.data.DataLoader(_Undecodable(), num_workers=1)))
+    failure = _failure(caught.value, step_index=0, device=CPU)
+    assert failure["status"] == "error"
+    assert failure["reason"] == ("DecodeError in DataLoader worker process 0: torchcodec cannot decode "
+                                 "/data/videos/chunk-000/ep0.mp4: RuntimeError: Could not load libtorchcodec. "
+                                 "Likely causes:")
+    assert "FFmpeg is not installed" in failure["traceback"]
 
 
 def test_the_analysis_knows_the_video_knobs():

@@ -12,6 +12,7 @@ import faulthandler
 import json
 import math
 import os
+import re
 import socket
 import statistics
 import sys
@@ -282,8 +283,28 @@ def _data_wait(data_s: list[float], times: list[float]) -> dict[str, float]:
     return {"data_wait_s": statistics.fmean(data_s), "data_wait_share": sum(data_s) / sum(times)}
 
 
+#: how torch's DataLoader re-raises what failed in a worker: "Caught TYPE in DataLoader worker process N."
+#: and the worker's whole traceback, whose cause comes last
+WORKER_FAILURE = re.compile(r"^Caught (\w+) (in DataLoader worker process \d+)\.\nOriginal Traceback")
+
+
+def _message(exc: BaseException) -> str:
+    """The exception as a record's reason. What failed in a DataLoader worker comes back as a
+    RuntimeError that begins with the worker's traceback: the reason names the worker's own error
+    instead (a decoder that could not load, seen on the H200 as "RuntimeError: Caught DecodeError
+    in DataLoader worker process 0. Original Traceback ..." and a file path cut off)."""
+    text = str(exc)
+    caught = WORKER_FAILURE.match(text)
+    if caught:
+        name, where = caught.groups()
+        raised = re.findall(rf"^(?:[\w.]+\.)?{name}: (.*)$", text, re.MULTILINE)
+        if raised:
+            return f"{name} {where}: {raised[-1]}"
+    return f"{type(exc).__name__}: {text}"
+
+
 def _failure(exc: BaseException, step_index: int, device: torch.device, after_steps: bool = False) -> dict[str, Any]:
-    message = f"{type(exc).__name__}: {exc}"
+    message = _message(exc)
     if after_steps:  # the steps ran; summarising them (FLOPs, the workload's own figures) failed
         message = f"after the measured steps: {message}"
     tail = "".join(traceback.format_exception(exc))[-4000:]

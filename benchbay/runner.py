@@ -7,12 +7,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from benchbay import knobs as knob_table
 from benchbay import store
 from benchbay.analysis.batch_search import feasible, largest_feasible, search_edges
 from benchbay.analysis.mfu import peak_flops_for
@@ -23,6 +25,7 @@ from benchbay.progress import SweepProgress, describe, warn_once
 from benchbay.record import Record, Status
 from benchbay.store import point_id
 from benchbay.suite import Point, Suite, excluded_by
+from benchbay.workloads import registry
 
 
 @dataclass
@@ -90,8 +93,13 @@ class SuiteRunner:
         self.device = self.launcher.device(suite.devices.type)
         self.peak_flops = peak_flops
         self.run = self._pick_run(resume)
-        self.done = {(r["point_id"], r.get("repeat", 0)) for r in store.read_records(self.run)
-                     if r.get("env", {}).get("machine_key") == self.env["machine_key"]}
+        # what this machine measured in the run, by today's identity of each point; a point measured
+        # twice is known by its first record, the one its memory snapshots name
+        self.stored: dict[tuple[str, int], dict[str, Any]] = {}
+        for r in store.read_records(self.run):
+            if r.get("env", {}).get("machine_key") == self.env["machine_key"]:
+                self.stored.setdefault((stored_point_id(r), r.get("repeat", 0)), r)
+        self.done = set(self.stored)
         self.scratch: Path | None = None  # the launcher's folder for the points' files, while run_all runs
 
     def _pick_run(self, resume: str | bool) -> Path:
@@ -176,12 +184,18 @@ class SuiteRunner:
                                       f"continue with --resume {self.run.name}")
                         break
                     progress.start(i, point.label or f"point {point.index}")
-                    records = self._search(point, repeat) if self.suite.search else [self.measure(point, repeat)]
-                    longest = max([longest, *(r.duration_s for r in records)])
-                    for record in records:
+
+                    def report(record: Record) -> None:  # as each record lands: a long search shows its probes
                         summary.counts[record.status] = summary.counts.get(record.status, 0) + 1
                         summary.busy += warn_once(record, warned, progress)
                         progress.result(describe(record))
+
+                    if self.suite.search:
+                        records = self._search(point, repeat, report)
+                    else:
+                        records = [self.measure(point, repeat)]
+                        report(records[0])
+                    longest = max([longest, *(r.duration_s for r in records)])
                     progress.advance()
             except KeyboardInterrupt:
                 summary.interrupted = True
@@ -194,7 +208,7 @@ class SuiteRunner:
         summary.failed = [describe(r) for r in latest.values() if r.failed]
         return summary
 
-    def _search(self, config: Point, repeat: int) -> list[Record]:
+    def _search(self, config: Point, repeat: int, report: Callable[[Record], None]) -> list[Record]:
         """Largest feasible value of the searched knob for this configuration (each probe a
         process of its own and a record of its own); on CUDA, then the allocator's history of its
         edges (``_snapshot_edges``)."""
@@ -206,11 +220,11 @@ class SuiteRunner:
             knobs = {**config.knobs, search.knob: value}
             point = replace(config, knobs=knobs, excluded=excluded_by(self.suite.exclude, knobs),
                             point_id=point_id(config.workload, config.params, knobs, self.suite.world_size))
-            if (point.point_id, repeat) in self.done:  # resumed: reuse the stored probe
-                record = Record.from_json([r for r in store.read_records(self.run)
-                                           if r["point_id"] == point.point_id and r.get("repeat", 0) == repeat][-1])
+            if (point.point_id, repeat) in self.stored:  # resumed: reuse the stored probe
+                record = Record.from_json(self.stored[(point.point_id, repeat)])
             else:
                 record = self.measure(point, repeat, extra={"search_group": group, "search_knob": search.knob})
+                report(record)
             records.append(record)
             if point.excluded:  # an excluded value counts as one that does not fit
                 return False
@@ -261,6 +275,17 @@ def matches(point: Point, label: str) -> bool:
 
 class _NotRunnable(Exception):
     """A search probe was skipped: the configuration cannot run on this machine."""
+
+
+def stored_point_id(row: dict[str, Any]) -> str:
+    """A stored record's point id under today's knob table: a knob added since it was measured
+    takes its default, which is the behaviour it had before (so a resume still knows the point)."""
+    try:
+        defaults = knob_table.defaults_for(registry.resolve(row["workload"]))
+    except LookupError:  # a user's workload that no longer imports: its id as stored
+        return row["point_id"]
+    knobs = {**defaults, **row["knobs"]}
+    return point_id(row["workload"], row["params"], knobs, row.get("world_size", 1))
 
 
 def _config_id(suite: Suite, point: Point) -> str:

@@ -230,6 +230,27 @@ steps: {{warmup: 1, measure: 1}}
     assert len(launcher.launched) == 2
 
 
+def test_a_resume_knows_the_probes_measured_before_a_knob_was_added(tmp_path, in_repo):
+    """Adding a knob (at the default that keeps the old behaviour) changes every point's id: a
+    resumed search still finds the probes recorded without it and measures nothing again."""
+    path = write_suite(tmp_path / "search.yaml", f"""
+name: search-new-knob
+workload: {{name: "{TINY}", params: {{max_mbs: 3}}}}
+knobs: {{precision: fp32}}
+sweep: {{points: [{{label: fits}}], search: {{knob: mbs, min: 1, max: 8}}}}
+steps: {{warmup: 1, measure: 1}}
+""")
+    first = SuiteRunner(load(path), tmp_path / "results").run_all()
+    assert first.counts == {"ok": 3, "oom": 2}  # 1, 2 and 3 fit, 4 and 5 do not: each probe counted as it lands
+    rows = store.read_records(first.run)
+    for row in rows:  # as measured before cudnn_benchmark existed
+        del row["knobs"]["cudnn_benchmark"]
+        row["point_id"] = store.point_id(row["workload"], row["params"], row["knobs"])
+    (first.run / store.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    resumed = SuiteRunner(load(path), tmp_path / "results", resume=first.run.name).run_all()
+    assert resumed.counts == {} and len(store.read_records(first.run)) == len(rows)
+
+
 class _Snapshotting:
     """A launcher that records which points it was asked to run, and fails them."""
 

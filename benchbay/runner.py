@@ -99,7 +99,6 @@ class SuiteRunner:
         for r in store.read_records(self.run):
             if r.get("env", {}).get("machine_key") == self.env["machine_key"]:
                 self.stored.setdefault((stored_point_id(r), r.get("repeat", 0)), r)
-        self.done = set(self.stored)
         self.scratch: Path | None = None  # the launcher's folder for the points' files, while run_all runs
 
     def _pick_run(self, resume: str | bool) -> Path:
@@ -143,7 +142,6 @@ class SuiteRunner:
             duration_s=time.perf_counter() - t0)
         if self.launch.node_rank == 0:  # every node of a multi-node point runs this; one records it
             store.append_record(self.run, record)
-        self.done.add((point.point_id, repeat))
         return record
 
     # ---- the sweep ------------------------------------------------------------------------------
@@ -169,12 +167,18 @@ class SuiteRunner:
         summary = RunSummary(self.run, {})
         warned: set[str] = set()
         started, longest = time.perf_counter(), 0.0
+
+        def report(record: Record) -> None:  # as each record lands: a long search shows its probes
+            summary.counts[record.status] = summary.counts.get(record.status, 0) + 1
+            summary.busy += warn_once(record, warned, progress)
+            progress.result(describe(record))
+
         with self.launcher.scratch(self.run) as scratch, SweepProgress(self.console, self.suite.name,
                                                                        len(tasks)) as progress:
             self.scratch = scratch
             try:
                 for i, (point, repeat) in enumerate(tasks, 1):
-                    if (point.point_id, repeat) in self.done and not self.suite.search:
+                    if (point.point_id, repeat) in self.stored and not self.suite.search:
                         progress.advance(measured=False)
                         continue
                     left = None if self.time_budget_s is None else self.time_budget_s - (time.perf_counter() - started)
@@ -184,12 +188,6 @@ class SuiteRunner:
                                       f"continue with --resume {self.run.name}")
                         break
                     progress.start(i, point.label or f"point {point.index}")
-
-                    def report(record: Record) -> None:  # as each record lands: a long search shows its probes
-                        summary.counts[record.status] = summary.counts.get(record.status, 0) + 1
-                        summary.busy += warn_once(record, warned, progress)
-                        progress.result(describe(record))
-
                     if self.suite.search:
                         records = self._search(point, repeat, report)
                     else:

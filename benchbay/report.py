@@ -231,7 +231,7 @@ def _batch_blocks(points: pd.DataFrame, search: Mapping, stem: str, out_dir: Pat
     if figure is None:
         return []
     headroom, zero_retries = search.get("headroom_gib"), bool(search.get("zero_retries"))
-    table = effective_throughput(points, knob, headroom, zero_retries)
+    table = effective_throughput(points, knob, headroom, zero_retries, search.get("max"))
     rule = ([f"at least {headroom:g} GiB left"] if headroom is not None else []) + \
         (["no allocator retries"] if zero_retries else [])
     per = device_word(points)

@@ -14,7 +14,6 @@ from typing import Any
 
 from rich.console import Console
 
-from benchbay import knobs as knob_table
 from benchbay import store
 from benchbay.analysis.batch_search import feasible, largest_feasible, search_edges
 from benchbay.analysis.mfu import peak_flops_for
@@ -25,7 +24,6 @@ from benchbay.progress import SweepProgress, describe, warn_once
 from benchbay.record import Record, Status
 from benchbay.store import point_id
 from benchbay.suite import Point, Suite, excluded_by
-from benchbay.workloads import registry
 
 
 @dataclass
@@ -98,7 +96,7 @@ class SuiteRunner:
         self.stored: dict[tuple[str, int], dict[str, Any]] = {}
         for r in store.read_records(self.run):
             if r.get("env", {}).get("machine_key") == self.env["machine_key"]:
-                self.stored.setdefault((stored_point_id(r), r.get("repeat", 0)), r)
+                self.stored.setdefault((store.as_measured_today(r)["point_id"], r.get("repeat", 0)), r)
         self.scratch: Path | None = None  # the launcher's folder for the points' files, while run_all runs
 
     def _pick_run(self, resume: str | bool) -> Path:
@@ -161,6 +159,8 @@ class SuiteRunner:
                     "run_id": self.run.name, "env": self.env, "device": self.device,
                     "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     "points": len(tasks), "state": "running"}
+        if self.labels:  # a --point call: its points and state are those of the labels asked
+            manifest["labels"] = self.labels
         # a resumed run keeps its first start
         manifest["started_at"] = store.read_manifest(self.run).get("started_at", manifest["started_at"])
         store.write_manifest(self.run, manifest)
@@ -242,8 +242,11 @@ class SuiteRunner:
         """Re-run the largest feasible and the smallest OOM probe of one configuration with the
         allocator's history recorded, each in a process of its own and leaving no record (recording
         slows every allocation): the snapshots go to ``<run>/memory/<point_id>-<repeat>/``, an entry
-        per snapshot run to ``<run>/memory/snapshots.jsonl``."""
+        per snapshot run to ``<run>/memory/snapshots.jsonl``. Not when the suite's search says
+        ``memory_snapshots: false``."""
         search = self.suite.search
+        if not search.memory_snapshots:
+            return
         log = self.run / "memory" / "snapshots.jsonl"
         # a resumed run: an edge snapshotted (or tried) before is not run again (each costs a whole point)
         done = {(e["point_id"], e["repeat"]) for e in map(json.loads, log.read_text().splitlines())} \
@@ -273,17 +276,6 @@ def matches(point: Point, label: str) -> bool:
 
 class _NotRunnable(Exception):
     """A search probe was skipped: the configuration cannot run on this machine."""
-
-
-def stored_point_id(row: dict[str, Any]) -> str:
-    """A stored record's point id under today's knob table: a knob added since it was measured
-    takes its default, which is the behaviour it had before (so a resume still knows the point)."""
-    try:
-        defaults = knob_table.defaults_for(registry.resolve(row["workload"]))
-    except LookupError:  # a user's workload that no longer imports: its id as stored
-        return row["point_id"]
-    knobs = {**defaults, **row["knobs"]}
-    return point_id(row["workload"], row["params"], knobs, row.get("world_size", 1))
 
 
 def _config_id(suite: Suite, point: Point) -> str:

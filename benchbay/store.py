@@ -119,14 +119,47 @@ def latest_run(root: str | Path, suite: str, machine_key: str | None = None) -> 
     return None
 
 
+def as_measured_today(record: dict[str, Any]) -> dict[str, Any]:
+    """A stored record under today's knob table: a knob added since it was measured takes its
+    default (the behaviour it had before), and its point id follows. A record of a workload that
+    no longer imports (a user's own), or without knobs (an import): as stored."""
+    from benchbay import knobs as knob_table
+    from benchbay.workloads import registry
+
+    if "knobs" not in record or "workload" not in record:
+        return record
+    try:
+        defaults = knob_table.defaults_for(registry.resolve(record["workload"]))
+    except LookupError:
+        return record
+    knobs = {**defaults, **record["knobs"]}
+    return {**record, "knobs": knobs,
+            "point_id": point_id(record["workload"], record.get("params", {}), knobs, record.get("world_size", 1))}
+
+
 def load_runs(paths: Iterable[str | Path], root: str | Path = "results") -> pd.DataFrame:
     """All records of the named runs as one flat DataFrame (see benchbay.analysis.frame), each
-    with its run's ``run_state`` (complete, interrupted, running): a report of an interrupted run
-    must say that its search or sweep is unfinished."""
+    under today's knob table (``as_measured_today``, where records of one workload differ in their
+    knobs) and with its run's ``run_state`` (complete, interrupted, running): a report of an
+    interrupted run must say that its search or sweep is unfinished. A point a run measured
+    twice on one machine (a resume that did not know it) is shown by its first record, the one
+    the runner keeps."""
     from benchbay.analysis.frame import records_to_frame
 
-    records = [{**r, "run_state": read_manifest(run).get("state")} for run in find_runs(paths, root)
-               for r in read_records(run)]
+    stored = [{**r, "run_state": read_manifest(run).get("state")} for run in find_runs(paths, root)
+              for r in read_records(run)]
+    knobs: dict[Any, set[str]] = {}
+    for r in stored:
+        knobs.setdefault(r.get("workload"), set()).update(r.get("knobs") or ())
+    records, seen = [], set()
+    for r in stored:
+        # only a record without a knob its workload's others have (importing a workload takes seconds)
+        if set(r.get("knobs") or ()) < knobs[r.get("workload")]:
+            r = as_measured_today(r)
+        key = (r.get("run_id"), r.get("point_id"), r.get("repeat"), (r.get("env") or {}).get("machine_key"))
+        if key not in seen:
+            seen.add(key)
+            records.append(r)
     return records_to_frame(records)
 
 

@@ -86,6 +86,8 @@ class Search:
     headroom_gib: float | None = None  # also require peak reserved <= device memory - headroom
     zero_retries: bool = False  # also require no allocator retries
     step: int = 1  # probe multiples of step only (min and max are multiples too)
+    # on CUDA, re-run the edges with the allocator's history recorded: each costs a whole point
+    memory_snapshots: bool = True
 
 
 @dataclass(frozen=True)
@@ -490,7 +492,7 @@ class _Validator:
         if not isinstance(node, dict):
             self.error("sweep.search", "a mapping with knob, min, max")
             return None
-        allowed = {"knob", "min", "max", "headroom_gib", "zero_retries", "step"}
+        allowed = {"knob", "min", "max", "headroom_gib", "zero_retries", "step", "memory_snapshots"}
         for key in node:
             if key not in allowed:
                 self.error(f"sweep.search.{key}", f"one of {sorted(allowed)}")
@@ -509,7 +511,10 @@ class _Validator:
         if headroom is not None and not isinstance(headroom, (int, float)):
             self.error("sweep.search.headroom_gib", f"a number of GiB, got {headroom!r}")
             headroom = None
-        return Search(knob, lo, hi, headroom, bool(node.get("zero_retries", False)), step)
+        snapshots = node.get("memory_snapshots", True)
+        if not isinstance(snapshots, bool):
+            self.error("sweep.search.memory_snapshots", f"true or false, got {snapshots!r}")
+        return Search(knob, lo, hi, headroom, bool(node.get("zero_retries", False)), step, snapshots is not False)
 
 
 def _kind_name(kind) -> str:

@@ -181,6 +181,21 @@ def test_effective_throughput_keeps_the_searchs_rule_of_what_fits():
     assert effective_throughput(cpu, headroom_gib=2.0, zero_retries=True).iloc[0]["largest_ok"] == 48
 
 
+def test_the_batch_table_says_when_nothing_fits_and_when_the_search_hit_its_max():
+    # H200, DreamZero-5B at 1 GPU: FSDP2 full + full recompute fits the search's max (64);
+    # shard-grad-op's first probe (mbs 8) ran only with allocator retries, so nothing fits
+    points = pd.DataFrame({"suite": "s", "knob_names": [["mbs", "sharding"]] * 4,
+                           "label": ["full"] * 3 + ["grad_op"], "sharding": ["full"] * 3 + ["grad_op"],
+                           "mbs": [8, 16, 64, 8], "status": "ok", "alloc_retries": [0, 0, 0, 6],
+                           "extra.search_group": ["a"] * 3 + ["b"], "samples_per_s_per_gpu": [6.7, 7.2, 7.5, 7.2],
+                           "step_time_s": [1.2, 2.2, 8.6, 1.1], "peak_mem_reserved_gib": [105.0, 109.0, 138.4, 138.5]})
+    table = effective_throughput(points, zero_retries=True, search_max=64).set_index("configuration")
+    assert table.loc["full", "largest_ok"] == 64
+    assert table.loc["full", "first_failing"] == "none up to the search's max (64)"
+    assert pd.isna(table.loc["grad_op", "largest_ok"])
+    assert table.loc["grad_op", "first_failing"] == "8 (allocator retries)"
+
+
 def test_a_configuration_is_named_by_its_label_before_the_batch_it_runs_at():
     # suites label a batch walk "+bf16@52", "+bf16@60": the configuration is "+bf16"
     points = pd.DataFrame({"suite": "s", "knob_names": [["mbs", "precision"]] * 4,

@@ -201,6 +201,7 @@ timeout: 120
     summary = SuiteRunner(load(path), tmp_path / "results", labels=["fits"]).run_all()
     records = store.read_records(summary.run)
     assert {r["label"] for r in records} == {"fits"}
+    assert store.read_manifest(summary.run)["labels"] == ["fits"]
     assert all(r["knobs"]["mbs"] % 8 == 0 for r in records) and len(records) <= 4
     assert max(r["knobs"]["mbs"] for r in records if r["status"] == "ok") == 16
     with pytest.raises(ValueError, match="no point labelled 'nope'"):
@@ -228,6 +229,10 @@ steps: {{warmup: 1, measure: 1}}
     assert sorted(launcher.launched) == [3, 4]  # the largest that fits and the smallest that does not
     runner._snapshot_edges(config, records)
     assert len(launcher.launched) == 2
+    # a suite that asks for no snapshots runs no edge again, in a run without a snapshot log too
+    quiet = SuiteRunner(load(path, ["sweep.search.memory_snapshots=false"]), tmp_path / "quiet", launcher=launcher)
+    quiet._snapshot_edges(config, records)
+    assert len(launcher.launched) == 2 and not (quiet.run / "memory").exists()
 
 
 def test_a_resume_knows_the_probes_measured_before_a_knob_was_added(tmp_path, in_repo):
@@ -249,6 +254,14 @@ steps: {{warmup: 1, measure: 1}}
     (first.run / store.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in rows))
     resumed = SuiteRunner(load(path), tmp_path / "results", resume=first.run.name).run_all()
     assert resumed.counts == {} and len(store.read_records(first.run)) == len(rows)
+    # a report reads them under today's knobs, and a point measured again (by a resume that did
+    # not know it) by its first record
+    again = {**rows[0], "knobs": {**rows[0]["knobs"], "cudnn_benchmark": False}, "started_at": "later"}
+    again["point_id"] = store.point_id(again["workload"], again["params"], again["knobs"])
+    store.append_record(first.run, Record.from_json(again))
+    df = store.load_runs([first.run])
+    assert len(df) == len(rows) and df["cudnn_benchmark"].tolist() == [False] * len(rows)
+    assert "later" not in df["started_at"].tolist() and df["point_id"].tolist()[0] == again["point_id"]
 
 
 class _Snapshotting:

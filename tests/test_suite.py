@@ -63,7 +63,7 @@ knobs: {{precison: bf16, mbs: -1, recompute: sometimes, compile: blocks+nothing}
 sweep:
   grid: {{mbs: one}}
   zip: {{seed: [1, 2], fault: [none]}}
-  search: {{knob: mbs, min: 8, max: 60, step: 8}}
+  search: {{knob: mbs, min: 8, max: 60, step: 8, memory_snapshots: "no"}}
 steps: {{warmup: -1, measure: 0, steady: later}}
 repeats: zero
 compile_cache: shared
@@ -86,8 +86,8 @@ extra_key: 1
     assert "blocks" in problems["knobs.compile"]
     assert problems["compile_cache"] == "one of ['point', 'run'], got 'shared'"
     for key in ("sweep.grid.mbs", "sweep.zip", "steps.warmup", "steps.measure", "steps.steady", "repeats",
-                "devices.type", "devices.torchrun", "sweep.search.step", "breakdown[0]", "extra_key",
-                "equivalent_tolerance.rtol", "equivalent_tolerance.relative"):
+                "devices.type", "devices.torchrun", "sweep.search.step", "sweep.search.memory_snapshots",
+                "breakdown[0]", "extra_key", "equivalent_tolerance.rtol", "equivalent_tolerance.relative"):
         assert key in problems, (key, text)
 
 

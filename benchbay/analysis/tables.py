@@ -166,12 +166,16 @@ def config_columns(summary: pd.DataFrame, knob: str) -> list[str]:
 
 def configurations(summary: pd.DataFrame, knob: str = "mbs") -> list[tuple[str, pd.DataFrame]]:
     """``(name, points)`` for each configuration of one suite that was run at several ``knob``
-    values, points sorted by ``knob``."""
+    values or searched (a search whose first probe did not fit ran one), points sorted by ``knob``."""
     if summary.empty or knob not in summary.columns:
         return []
     cols = config_columns(summary, knob)
     groups = summary.groupby(cols, sort=False, dropna=False) if cols else [((), summary)]
-    searched = [points.sort_values(knob) for _, points in groups if points[knob].nunique() > 1]
+    def was_searched(points: pd.DataFrame) -> bool:
+        return "extra.search_group" in points and points["extra.search_group"].notna().any()
+
+    searched = [points.sort_values(knob) for _, points in groups
+                if points[knob].nunique() > 1 or was_searched(points)]
     labels = [_base_label(points, knob) for points in searched]
     if all(labels) and len(set(labels)) == len(labels):  # the suite named them: "baseline", "optimized"
         return list(zip(labels, searched, strict=True))
@@ -195,10 +199,11 @@ def _base_label(points: pd.DataFrame, knob: str) -> str | None:
 
 
 def effective_throughput(summary: pd.DataFrame, knob: str = "mbs", headroom_gib: float | None = None,
-                         zero_retries: bool = False) -> pd.DataFrame:
+                         zero_retries: bool = False, search_max: int | None = None) -> pd.DataFrame:
     """Each configuration at its own largest feasible ``knob`` (every repeat ok and, as the
     suite's search asks, no allocator retries and the memory headroom kept), with the smallest
-    value above it that is not and why, and the throughput ratio to the first configuration.
+    value above it that is not and why (or that the search stopped at its ``search_max``), and
+    the throughput ratio to the first configuration.
     """
     columns = ["configuration", "largest_ok", "samples_per_s_per_gpu", "step_time_s",
                "peak_mem_reserved_gib", "first_failing", "ratio"]
@@ -216,7 +221,10 @@ def effective_throughput(summary: pd.DataFrame, knob: str = "mbs", headroom_gib:
             "samples_per_s_per_gpu": best["samples_per_s_per_gpu"] if best is not None else np.nan,
             "step_time_s": best["step_time_s"] if best is not None else np.nan,
             "peak_mem_reserved_gib": best["peak_mem_reserved_gib"] if best is not None else np.nan,
-            "first_failing": (f"{points.loc[failing.index[0], knob]} ({failing.iloc[0]})" if len(failing) else None),
+            "first_failing": (f"{points.loc[failing.index[0], knob]} ({failing.iloc[0]})" if len(failing)
+                              else f"none up to the search's max ({search_max})"
+                              if best is not None and search_max is not None and best[knob] >= search_max
+                              else None),
         })
     table = pd.DataFrame(rows, columns=columns)
     if len(table):

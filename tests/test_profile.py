@@ -7,7 +7,9 @@ import pickle
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.profiler import record_function
+from torch.utils.checkpoint import checkpoint
 
 from benchbay import store
 from benchbay.analysis.batch_search import search_edges
@@ -170,6 +172,20 @@ def test_memory_snapshot_records_allocations_on_cuda(tmp_path):
     data = pickle.loads((tmp_path / "m" / "snapshot.pickle").read_bytes())
     actions = [e["action"] for trace in data["device_traces"] for e in trace]
     assert "alloc" in actions and "free_completed" in actions
+    assert any(e["frames"] for trace in data["device_traces"] for e in trace if e["action"] == "alloc")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_memory_snapshot_of_a_checkpointed_loss_backward(tmp_path):
+    # Wall-X's chunked cross-entropy: recomputed in backward, where a free's stack cannot be taken
+    hidden = torch.randn(4096, 256, device="cuda", requires_grad=True)
+    head = torch.randn(256, 32000, device="cuda", requires_grad=True)
+    labels = torch.randint(0, 32000, (4096,), device="cuda")
+    with MemorySnapshot(tmp_path / "m", torch.device("cuda")):
+        loss = sum(checkpoint(lambda h, y: F.cross_entropy((h @ head).float(), y, reduction="sum"), h, y,
+                              use_reentrant=False) for h, y in zip(hidden.split(1024), labels.split(1024), strict=True))
+        loss.backward()
+    assert hidden.grad is not None and (tmp_path / "m" / "snapshot.pickle").exists()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

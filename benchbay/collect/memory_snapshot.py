@@ -42,8 +42,11 @@ class MemorySnapshot:
     def __enter__(self) -> MemorySnapshot:
         if self.recording:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Python frames only: symbolising C++ frames makes a dump take minutes
-            torch.cuda.memory._record_memory_history(max_entries=self.max_entries, stacks="python")
+            # Python frames only: symbolising C++ frames makes a dump take minutes. The stacks of
+            # allocations only: taking a free's stack inside a checkpoint's recompute in backward fails
+            # (H200, torch 2.11, Wall-X's chunked cross-entropy: SystemError from run_backward)
+            torch.cuda.memory._record_memory_history(max_entries=self.max_entries, context="alloc",
+                                                     stacks="python")
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:

@@ -171,17 +171,18 @@ def configurations(summary: pd.DataFrame, knob: str = "mbs") -> list[tuple[str, 
         return []
     cols = config_columns(summary, knob)
     groups = summary.groupby(cols, sort=False, dropna=False) if cols else [((), summary)]
-    def was_searched(points: pd.DataFrame) -> bool:
-        return "extra.search_group" in points and points["extra.search_group"].notna().any()
-
     searched = [points.sort_values(knob) for _, points in groups
-                if points[knob].nunique() > 1 or was_searched(points)]
+                if points[knob].nunique() > 1 or _searched(points)]
     labels = [_base_label(points, knob) for points in searched]
     if all(labels) and len(set(labels)) == len(labels):  # the suite named them: "baseline", "optimized"
         return list(zip(labels, searched, strict=True))
     # else name each by what differs among the searched configurations only
     names = varying_columns(pd.DataFrame([points.iloc[0] for points in searched]), cols) if searched else []
     return [(describe(points.iloc[0], names), points) for points in searched]
+
+
+def _searched(points: pd.DataFrame) -> bool:
+    return "extra.search_group" in points and points["extra.search_group"].notna().any()
 
 
 def _base_label(points: pd.DataFrame, knob: str) -> str | None:

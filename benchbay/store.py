@@ -12,12 +12,11 @@ import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from benchbay.record import Record
-
-if TYPE_CHECKING:  # pandas costs each point's process half a second it never uses
-    import pandas as pd
 
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"

@@ -24,6 +24,9 @@ from typing import Any
 
 import torch
 
+# imported before the steps: an import inside the warm-up stalls the step it lands in (pandas alone
+# ~0.5 s), and the queue a loader behind the step fills meanwhile hides it from the drain check
+from benchbay.analysis.steady import detect_warmup, first_dry_step
 from benchbay.collect import memory
 from benchbay.collect.compile import compile_counters
 from benchbay.collect.memory_snapshot import MemorySnapshot
@@ -63,8 +66,6 @@ def _steady_window(times: list[float], steps: dict) -> tuple[int, int]:
     if isinstance(steady, (list, tuple)):
         return steady[0], min(steady[1], len(times))
     if steady == "auto":
-        from benchbay.analysis.steady import detect_warmup
-
         return max(detect_warmup(times), 1 if len(times) > 1 else 0), len(times)
     return min(warmup, len(times) - 1), len(times)
 
@@ -225,8 +226,6 @@ def _draining(measured: Measured) -> bool:
     made ahead and pass for a loader that keeps up (H200, DreamZero-5B mbs 24, 2 decord workers:
     the first 4 measured steps found a batch ready, then every other one waited 1.4-2 s). The last
     batches, not all: those made while the first step compiled took longer."""
-    from benchbay.analysis.steady import first_dry_step
-
     counts = {len(measured.loader_s), len(measured.data_s), len(measured.started)}
     if len(counts) > 1 or len(measured.started) <= RECENT:
         return False

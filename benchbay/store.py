@@ -4,6 +4,7 @@ the environment, the run's state). Loading any set of runs gives one flat DataFr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -119,18 +120,27 @@ def latest_run(root: str | Path, suite: str, machine_key: str | None = None) -> 
     return None
 
 
+@functools.cache
+def _knob_defaults(workload: str) -> dict[str, Any] | None:
+    """Today's knob defaults of a workload (once per name: a run's records share a few), None for
+    one that no longer imports (a user's own)."""
+    from benchbay import knobs as knob_table
+    from benchbay.workloads import registry
+
+    try:
+        return knob_table.defaults_for(registry.resolve(workload))
+    except LookupError:
+        return None
+
+
 def as_measured_today(record: dict[str, Any]) -> dict[str, Any]:
     """A stored record under today's knob table: a knob added since it was measured takes its
     default (the behaviour it had before), and its point id follows. A record of a workload that
     no longer imports (a user's own), or without knobs (an import): as stored."""
-    from benchbay import knobs as knob_table
-    from benchbay.workloads import registry
-
     if "knobs" not in record or "workload" not in record:
         return record
-    try:
-        defaults = knob_table.defaults_for(registry.resolve(record["workload"]))
-    except LookupError:
+    defaults = _knob_defaults(record["workload"])
+    if defaults is None:
         return record
     knobs = {**defaults, **record["knobs"]}
     return {**record, "knobs": knobs,
@@ -154,7 +164,7 @@ def load_runs(paths: Iterable[str | Path], root: str | Path = "results") -> pd.D
     records, seen = [], set()
     for r in stored:
         # only a record without a knob its workload's others have (importing a workload takes seconds)
-        if set(r.get("knobs") or ()) < knobs[r.get("workload")]:
+        if knobs[r.get("workload")] - set(r.get("knobs") or ()):
             r = as_measured_today(r)
         key = (r.get("run_id"), r.get("point_id"), r.get("repeat"), (r.get("env") or {}).get("machine_key"))
         if key not in seen:

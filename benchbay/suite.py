@@ -514,7 +514,7 @@ class _Validator:
         snapshots = node.get("memory_snapshots", True)
         if not isinstance(snapshots, bool):
             self.error("sweep.search.memory_snapshots", f"true or false, got {snapshots!r}")
-        return Search(knob, lo, hi, headroom, bool(node.get("zero_retries", False)), step, snapshots is not False)
+        return Search(knob, lo, hi, headroom, bool(node.get("zero_retries", False)), step, bool(snapshots))
 
 
 def _kind_name(kind) -> str:

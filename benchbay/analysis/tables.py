@@ -216,16 +216,19 @@ def effective_throughput(summary: pd.DataFrame, knob: str = "mbs", headroom_gib:
         best = fits.iloc[-1] if len(fits) else None
         above = why if best is None else why[points[knob] > best[knob]]
         failing = above.dropna()
+        if len(failing):
+            first_failing = f"{points.loc[failing.index[0], knob]} ({failing.iloc[0]})"
+        elif best is not None and search_max is not None and best[knob] >= search_max:
+            first_failing = f"none up to the search's max ({search_max})"
+        else:
+            first_failing = None
         rows.append({
             "configuration": name,
             "largest_ok": best[knob] if best is not None else None,
             "samples_per_s_per_gpu": best["samples_per_s_per_gpu"] if best is not None else np.nan,
             "step_time_s": best["step_time_s"] if best is not None else np.nan,
             "peak_mem_reserved_gib": best["peak_mem_reserved_gib"] if best is not None else np.nan,
-            "first_failing": (f"{points.loc[failing.index[0], knob]} ({failing.iloc[0]})" if len(failing)
-                              else f"none up to the search's max ({search_max})"
-                              if best is not None and search_max is not None and best[knob] >= search_max
-                              else None),
+            "first_failing": first_failing,
         })
     table = pd.DataFrame(rows, columns=columns)
     if len(table):

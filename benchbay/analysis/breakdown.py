@@ -83,7 +83,7 @@ def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 
     """One row per label: its figures, its change from the previous ok label, and its throughput
     relative to the first ok label (``speedup``)."""
     columns = ["label", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *_CHANGE_COLUMNS, "speedup",
-               "speedup_low", "speedup_high", "notes"]
+               "speedup_low", "speedup_high", "fidelity", "notes"]
     identity = _identity_columns(summary)
     rows: list[dict[str, Any]] = []
     previous = first = None
@@ -94,6 +94,7 @@ def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 
             continue
         row = {"label": label, "status": point["status"], "step_time_s": point["step_time_s"],
                "samples_per_s_per_gpu": point["samples_per_s_per_gpu"], "notes": point.get("notes", ""),
+               "fidelity": point.get("fidelity", ""),
                "changes": knob_changes(previous, point, identity) if previous is not None else ""}
         if point["status"] == Status.OK:
             if previous is not None:

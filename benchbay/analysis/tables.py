@@ -23,6 +23,7 @@ from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
 from benchbay.analysis.mfu import mfu_column
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import coefficient_of_variation
+from benchbay.collect.fidelity import verdict
 from benchbay.analysis.steady import detect_warmup
 from benchbay.record import Status
 
@@ -30,7 +31,8 @@ from benchbay.record import Status
 MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "first_step_s", "samples_per_step",
                   "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu", "cpu_util_mean",
                   "gpu_util_mean", "compile_time_s", "warmup_steps", "data_wait_s", "data_wait_share",
-                  "child_cpu_util_mean", "loader_s")
+                  "child_cpu_util_mean", "loader_s", "update_applied_share", "update_applied_share_se",
+                  "update_lost_share")
 #: figures summarised by their maximum over the ok repeats (the worst case is what limits a batch)
 MAX_METRICS = ("peak_mem_allocated_gib", "peak_mem_reserved_gib", "device_mem_total_gib", "alloc_retries",
                "nvml_mem_used_gib", "peak_host_rss_gib")
@@ -85,7 +87,16 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
         out[s] = _first_valid(ok[s]) if s in ok else None
     out["health_warnings"] = warnings_of(rows)
     out["notes"] = notes(out["step_time_cv"], out["health_warnings"])
+    out["fidelity"] = fidelity_label(out["update_applied_share"], out["update_applied_share_se"])
     return out
+
+
+def fidelity_label(share: float, se: float) -> str:
+    """``faithful (1.00)``: the verdict of collect.fidelity and the applied share of the fp32
+    reference update it rests on ("" for a record without one)."""
+    if is_missing(share):
+        return ""
+    return f"{verdict(share, None if is_missing(se) else se)} ({share:.2f})"
 
 
 def point_summary(df: pd.DataFrame, peak_flops: float | None = None) -> pd.DataFrame:
@@ -134,10 +145,10 @@ def suite_varying(summary: pd.DataFrame, suite: str) -> list[str]:
 #: the sweep table's columns, in display order (the knobs and params that vary follow them)
 SWEEP_COLUMNS = ("name", "status", "repeats", "step_time_s", "step_time_p10_s", "step_time_p90_s", "step_time_cv",
                  "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "peak_host_rss_gib", "mfu",
-                 "warmup_detected", "notes", "reason")
+                 "fidelity", "warmup_detected", "notes", "reason")
 #: the key figures, for a terminal
 KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_host_rss_gib",
-               "mfu", "notes", "reason")
+               "mfu", "fidelity", "notes", "reason")
 
 
 def sweep_table(points: pd.DataFrame, columns: Sequence[str] = SWEEP_COLUMNS) -> pd.DataFrame:
@@ -262,7 +273,11 @@ def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = L
     for _, row in group.iterrows():
         losses = np.asarray(row["losses"], dtype=float)
         check = compare_losses(reference, losses, first, str(row["name"]), rtol=rtol, atol=atol)
+        within = "yes" if check.passed else f"no ({check.message})"
+        if row.get("fidelity", "") and not str(row["fidelity"]).startswith("faithful"):
+            # losses of a few steps cannot see lost updates: a point that is not faithful fails
+            within = f"no (update fidelity: {row['fidelity']})"
         rows.append({"point": row["name"], "steps": losses.size, "final_loss": losses[-1],
                      "max_abs_diff": check.max_abs_diff, "max_rel_diff": check.max_rel_diff,
-                     "within_tolerance": "yes" if check.passed else f"no ({check.message})"})
+                     "within_tolerance": within})
     return pd.DataFrame(rows)

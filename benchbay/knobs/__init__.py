@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from benchbay.knobs.optimizer import CHOICES as OPTIMIZERS
 from benchbay.workloads.base import Choice, TrainingWorkload, Workload
 
 
@@ -26,8 +27,10 @@ class Knob:
 
 GENERIC: dict[str, Knob] = {
     "mbs": Knob(1, "micro-batch size per process", type=int),
-    "precision": Knob("bf16_mixed", "bf16_mixed: fp32 master weights + bf16 compute; bf16: pure bf16; fp32",
+    "precision": Knob("bf16_mixed", "bf16_mixed: fp32 weights, gradients (4+4 B/param) + bf16 compute; bf16: bf16 weights and gradients (2+2 B/param; the optimizer knob says how they are updated); fp32",
                       ("bf16_mixed", "bf16", "fp32")),
+    "optimizer": Knob("adamw", "; ".join(f"{c.name}: {c.help}" for c in OPTIMIZERS.values()),
+                      tuple(OPTIMIZERS)),
     "recompute": Knob("off", "activation checkpointing per block", ("off", "full", "selective")),
     "recompute_impl": Knob("non_reentrant", "how a checkpointed block is replayed: non_reentrant (torch's "
                            "recommended) or reentrant (RLinf's default: CUDA-graphed regions inside work; full only)",

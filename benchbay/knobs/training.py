@@ -15,6 +15,8 @@ from torch import nn
 from torch.profiler import record_function
 
 from benchbay.knobs import compile as compile_knob
+from benchbay.collect.fidelity import UpdateFidelity, hyper_of
+from benchbay.knobs import optimizer as optimizer_knob
 from benchbay.knobs import precision, recompute, sharding
 from benchbay.knobs.offload import CPUOffloadedOptimizer
 from benchbay.workloads.base import TrainingWorkload
@@ -39,7 +41,7 @@ def skip_reason(workload: TrainingWorkload, knobs: dict[str, Any], device: torch
         return "cuda_graph=step runs the compiled regions as CUDA graphs: it needs compile != off"
     if knobs["cuda_graph"] == "step" and knobs["sharding"].startswith("fsdp2"):
         return "cuda_graph=step with FSDP2: all-gathered parameters change address every step (re-recording)"
-    return sharding.skip_reason(knobs, world_size)
+    return optimizer_knob.skip_reason(knobs, device) or sharding.skip_reason(knobs, world_size)
 
 
 @dataclass
@@ -52,6 +54,7 @@ class TrainStep:
     optimizer: Any
     autocast: Callable[[], contextlib.AbstractContextManager]
     graphs: bool
+    fidelity: UpdateFidelity
 
     def __call__(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         self.optimizer.zero_grad(set_to_none=True)
@@ -63,6 +66,9 @@ class TrainStep:
             loss.backward()
         with record_function("optimizer"):
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        with record_function("update_fidelity"):
+            self.fidelity.before_step()
+        with record_function("optimizer"):
             self.optimizer.step()
         # clone: outputs of CUDA-graphed code are overwritten by the next replay
         return loss.detach().clone(), grad_norm.detach().clone(), {k: v.detach().clone() for k, v in parts.items()}
@@ -94,8 +100,11 @@ def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.dev
     params = [p for p in parts.model.parameters() if p.requires_grad]
     if knobs["offload"] == "optimizer" and knobs["sharding"] == "none":
         optimizer = CPUOffloadedOptimizer(params, workload.optimizer, knobs["offload_shards"])
+        # this process stands for one ZeRO-2 rank: it steps (and is judged on) its share
+        stepped = [(optimizer.owned, hyper_of(optimizer.inner)[0][1])]
     else:
-        optimizer = workload.optimizer(params)
+        optimizer = optimizer_knob.build(knobs["optimizer"], params, workload.optimizer(params), knobs)
+        stepped = hyper_of(optimizer)
     return TrainStep(workload, model, params, optimizer,
                      lambda: precision.autocast(knobs["precision"], device),
-                     graphs=knobs["cuda_graph"] != "off")
+                     graphs=knobs["cuda_graph"] != "off", fidelity=UpdateFidelity(stepped, seed=knobs["seed"]))

@@ -191,6 +191,7 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
             if i == steps["warmup"]:  # figures of the measured steps only
                 phase(f"measuring steps {i}..{total - 1}")
                 memory.reset(device)
+                workload.start_measuring()
                 sampler.start()
                 measure_started = time.perf_counter()
             if i == total:
@@ -262,12 +263,14 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
                "frozen_flops_per_sample": flops.get("frozen"),
                "measured_steps": end - first, **memory.peak(device), **sampler.summary()}
     metrics.update(_data_wait(measured.data_s[first:end], times[first:end]))
+    harness = workload.harness_figures()  # over every measured step (the fidelity's window)
+    metrics.update(harness.get("metrics", {}))
     if measured.loader_s[first:end]:  # the mean step a loader can feed (decode.feed's last_loader_s)
         metrics["loader_s"] = statistics.fmean(measured.loader_s[first:end])
     return {"metrics": metrics,
             "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
                        **({"data_waits_s": measured.data_s} if measured.data_s else {}), **sampler.series},
-            "extra": {**workload.extra_metrics(), **compile_counters(), **profiler.summary(), **snapshot.summary(),
+            "extra": {**workload.extra_metrics(), **harness.get("extra", {}), **compile_counters(), **profiler.summary(), **snapshot.summary(),
                       # timed steps short of the configured ones: the measure budget ended them
                       **({"measure_budget_spent": True} if len(times) < total_steps(spec["steps"]) else {}),
                       **({"drain_steps": measured.drain_steps} if measured.drain_steps else {})}}

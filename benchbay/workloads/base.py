@@ -123,6 +123,13 @@ class Workload:
         return 0
 
     # --- what the harness calls (each kind of workload says how it is run) ----------------------
+    def start_measuring(self) -> None:
+        """Called before the first measured step."""
+
+    def harness_figures(self) -> dict[str, dict[str, Any]]:
+        """The harness's own figures of the measured steps: {"metrics": {...}, "extra": {...}}."""
+        return {}
+
     def harness_skip_reason(self, world_size: int) -> str | None:
         """Why the harness cannot run this point here, beyond ``skip_reason`` (None if it can)."""
         return None
@@ -189,6 +196,12 @@ class TrainingWorkload(Workload):
     def batches_ahead(self) -> int:
         return self.feed.backlog if self.feed else 0
 
+    def start_measuring(self) -> None:
+        self._train_step.fidelity.start_window()
+
+    def harness_figures(self) -> dict[str, dict[str, Any]]:
+        return self._train_step.fidelity.summary()
+
     def harness_skip_reason(self, world_size: int) -> str | None:
         from benchbay.knobs import training  # the knobs apply to training workloads: imported lazily
 
@@ -197,7 +210,7 @@ class TrainingWorkload(Workload):
     def prepare(self) -> Step:
         from benchbay.knobs import training
 
-        train_step = training.prepare(self, self.knob_values, self.device)
+        train_step = self._train_step = training.prepare(self, self.knob_values, self.device)
 
         def one(index: int) -> StepOutput:
             started = time.perf_counter()

@@ -1,0 +1,155 @@
+"""Update fidelity: does the optimizer apply the update an fp32 AdamW would?
+
+A pure-bf16 step at DreamZero's lr 1e-5 rounds most AdamW updates back to the old weight (the
+spacing of a bf16 weight of 0.02 is ~7.8e-5), and a loss curve of a few steps after random init
+cannot show it. So every training point steps, beside its own optimizer, a reference AdamW with
+fp32 weights and fp32 state on a fixed sample of each trainable tensor's elements, from the same
+(clipped) gradients, and compares the change the optimizer applied over the measured steps with
+the reference's change.
+
+The sample is a strided slice of each tensor (views, no copy): three concatenations and a dozen
+element-wise kernels over ~``PER_TENSOR`` x tensors elements a step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+#: elements sampled from each trainable tensor (all of a smaller one)
+PER_TENSOR = 256
+#: faithful when the applied share of the reference update is within this of 1
+TOLERANCE = 0.10
+#: lossy only when the share is this many standard errors outside the faithful band: stochastic
+#: rounding is noisy per element but unbiased, and noise alone must not make a point lossy
+Z = 3.0
+
+
+@dataclass(frozen=True)
+class AdamHyper:
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+
+
+def hyper_of(optimizer) -> list[tuple[list[nn.Parameter], AdamHyper]]:
+    """The AdamW hyper-parameters of each of an optimizer's parameter groups."""
+    groups = []
+    for g in optimizer.param_groups:
+        b1, b2 = g["betas"]
+        groups.append((list(g["params"]), AdamHyper(float(g["lr"]), float(b1), float(b2), float(g["eps"]),
+                                                    float(g["weight_decay"]))))
+    return groups
+
+
+def verdict(share: float | None, se: float | None) -> str | None:
+    """faithful | lossy | uncertain (the sample cannot tell), None where nothing was measured."""
+    if share is None or not math.isfinite(share):
+        return None
+    if abs(share - 1.0) <= TOLERANCE:
+        return "faithful"
+    margin = Z * (se or 0.0)
+    if share + margin < 1.0 - TOLERANCE or share - margin > 1.0 + TOLERANCE:
+        return "lossy"
+    return "uncertain"
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The tensor this process holds (an FSDP2 parameter or gradient is a DTensor shard)."""
+    return t.tolocal_tensor() if hasattr(t, "to_local") else t
+
+
+def _sample(t: torch.Tensor, offset: int, stride: int, k: int) -> torch.Tensor:
+    return local_tensor(t).detach().reshape(-1)[offset::stride][:k]
+
+
+class UpdateFidelity:
+    """Steps the fp32 reference on the sampled elements around each optimizer step; ``summary``
+    gives the applied share and the lost updates over the steps since ``start_window``."""
+
+    def __init__(self, groups: list[tuple[list[nn.Parameter], AdamHyper]], per_tensor: int = PER_TENSOR,
+                 seed: int = 0):
+        rng = torch.Generator().manual_seed(seed)
+        self.params, self.where, hypers = [], [], []
+        for params, hyper in groups:
+            for p in params:
+                n = local_tensor(p).numel()
+                if n == 0 or not local_tensor(p).is_contiguous():
+                    continue
+                k = min(per_tensor, n)
+                stride = n // k
+                offset = int(torch.randint(0, stride, (1,), generator=rng)) if stride > 1 else 0
+                self.params.append(p)
+                self.where.append((offset, stride, k))
+                hypers.append((k, hyper))
+        self.elements = sum(w[2] for w in self.where)
+        self.tensors = len(self.params)
+        if not self.params:
+            return
+        device = local_tensor(self.params[0]).device
+
+        def per_element(field: str) -> torch.Tensor:
+            return torch.cat([torch.full((k,), getattr(h, field), dtype=torch.float32) for k, h in hypers]).to(device)
+
+        self.lr, self.wd = per_element("lr"), per_element("weight_decay")
+        self.beta1, self.beta2, self.eps = per_element("beta1"), per_element("beta2"), per_element("eps")
+        self.ref_w = self._gather_weights()
+        self.m, self.v = torch.zeros_like(self.ref_w), torch.zeros_like(self.ref_w)
+        self.steps = 0
+        self.start_actual = self.start_ref = None
+        self.missing_grads = False
+
+    def _gather_weights(self) -> torch.Tensor:
+        return torch.cat([_sample(p, *w) for p, w in zip(self.params, self.where, strict=True)]).float()
+
+    def before_step(self) -> None:
+        """After the gradients are final (clipped), before the optimizer steps."""
+        if not self.params:
+            return
+        grads = []
+        for p, w in zip(self.params, self.where, strict=True):
+            if p.grad is None:  # AdamW skips such a tensor; the reference would not: say so
+                self.missing_grads = True
+                grads.append(torch.zeros(w[2], device=self.ref_w.device))
+            else:
+                grads.append(_sample(p.grad, *w).float())
+        g = torch.cat(grads)
+        self.steps += 1
+        self.m.lerp_(g, 1 - self.beta1)
+        self.v.mul_(self.beta2).addcmul_(g, g * (1 - self.beta2))
+        m_hat = self.m / (1 - self.beta1 ** self.steps)
+        v_hat = self.v / (1 - self.beta2 ** self.steps)
+        self.ref_w.mul_(1 - self.lr * self.wd).sub_(self.lr * m_hat / (v_hat.sqrt() + self.eps))
+
+    def start_window(self) -> None:
+        """At the first measured step, before it runs."""
+        if self.params:
+            self.start_actual, self.start_ref = self._gather_weights(), self.ref_w.clone()
+
+    def summary(self) -> dict:
+        """Figures of the measured steps: metrics and a note on what was sampled."""
+        if not self.params or self.start_actual is None:
+            return {}
+        applied = self._gather_weights() - self.start_actual
+        ref = self.ref_w - self.start_ref
+        norm = float(ref.square().sum())
+        if norm == 0.0:
+            return {}
+        share = float((applied * ref).sum()) / norm
+        residual = applied - share * ref
+        se = math.sqrt(float((ref.square() * residual.square()).sum())) / norm
+        moved = ref != 0
+        lost = float(((applied == 0) & moved).sum()) / max(int(moved.sum()), 1)
+        return {"metrics": {"update_applied_share": share, "update_applied_share_se": se,
+                            "update_lost_share": lost, "fidelity_sampled_elements": self.elements},
+                "extra": {"fidelity": verdict(share, se),
+                          "fidelity_sample": (f"{PER_TENSOR} strided elements (all of smaller ones) of each of "
+                                              f"{self.tensors} trainable tensors, {self.elements} in all, against "
+                                              f"AdamW with fp32 weights and state from the same clipped gradients"
+                                              + ("; some tensors had no gradient at some steps" if
+                                                 self.missing_grads else ""))}}

@@ -1,0 +1,140 @@
+"""Update fidelity and the optimizer knob: the rule calls round-to-nearest bf16 at lr 1e-5 lossy and
+fp32 master weights and stochastic rounding faithful; each optimizer steps and keeps the state it
+says; the harness records the verdict; an equivalent group fails on a lossy point."""
+
+import pandas as pd
+import pytest
+import torch
+
+from benchbay import knobs as knob_table
+from benchbay.analysis.tables import loss_agreement
+from benchbay.collect.fidelity import UpdateFidelity, hyper_of, verdict
+from benchbay.knobs import optimizer as optimizer_knob
+from benchbay.knobs import training
+from tests.fixtures.tinywork import Tiny
+
+CPU = torch.device("cpu")
+DREAMZERO = dict(lr=1e-5, betas=(0.95, 0.999), eps=1e-8, weight_decay=1e-5)
+
+
+def weights(dtype, n=2):
+    torch.manual_seed(0)
+    return [torch.nn.Parameter((torch.randn(384, 384) * 0.02).to(dtype)) for _ in range(n)]
+
+
+def fidelity_of(params, optimizer, steps=10):
+    """Steps with random gradients; every element sampled, so the verdict is not noise-bound."""
+    probe = UpdateFidelity(hyper_of(optimizer), per_tensor=1 << 20)
+    probe.start_window()
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        probe.before_step()
+        optimizer.step()
+    return probe.summary()
+
+
+def test_round_to_nearest_bf16_is_lossy_at_dreamzero_lr():
+    params = weights(torch.bfloat16)
+    out = fidelity_of(params, torch.optim.AdamW(params, **DREAMZERO))
+    assert out["extra"]["fidelity"] == "lossy"
+    assert out["metrics"]["update_applied_share"] < 0.5 and out["metrics"]["update_lost_share"] > 0.5
+
+
+def test_fp32_master_weights_are_faithful():
+    params = weights(torch.float32)
+    out = fidelity_of(params, torch.optim.AdamW(params, **DREAMZERO))
+    assert out["extra"]["fidelity"] == "faithful"
+    assert out["metrics"]["update_applied_share"] == pytest.approx(1.0, abs=1e-3)
+    assert out["metrics"]["update_lost_share"] == 0.0
+
+
+def test_stochastic_rounding_is_faithful_though_most_single_weights_stay():
+    params = weights(torch.bfloat16)
+    reference = torch.optim.AdamW(params, **DREAMZERO)
+    optimizer = optimizer_knob.FlatSRAdamW(params, hyper_of(reference)[0][1])
+    out = fidelity_of(params, optimizer)
+    assert out["extra"]["fidelity"] == "faithful"
+    assert out["metrics"]["update_applied_share"] == pytest.approx(1.0, abs=0.05)
+    assert out["metrics"]["update_lost_share"] > 0.2  # noisy per element, unbiased on the whole
+
+
+def test_flat_sr_buckets_and_state_bytes(monkeypatch):
+    monkeypatch.setattr(optimizer_knob, "BUCKET", 384 * 384)  # one tensor a bucket
+    params = weights(torch.bfloat16, n=3)
+    optimizer = optimizer_knob.FlatSRAdamW(params, hyper_of(torch.optim.AdamW(params, **DREAMZERO))[0][1])
+    assert len(optimizer.buckets) == 3
+    state = sum(b.m.nbytes + b.v.nbytes for b in optimizer.buckets)
+    assert state / sum(p.numel() for p in params) == optimizer_knob.CHOICES["adamw_sr"].state_bytes
+
+
+def test_verdict_rule():
+    assert verdict(1.05, 0.0) == "faithful"
+    assert verdict(0.15, 0.01) == "lossy"
+    assert verdict(2.9, 1.5) == "uncertain"  # a few elements moved a whole bf16 step: noise, not loss
+    assert verdict(None, None) is None
+
+
+def state_bytes(optimizer) -> int:
+    """Bytes of an optimizer's per-parameter state (a torchao quantised state counts its parts)."""
+    total = 0
+    for state in optimizer.state.values():
+        for name, value in state.items():
+            if name == "step" or not isinstance(value, torch.Tensor):
+                continue
+            inner = getattr(value, "__tensor_flatten__", None)
+            parts = [getattr(value, n) for n in inner()[0]] if inner else [value]
+            total += sum(t.nbytes for t in parts)
+    return total
+
+
+@pytest.mark.slow  # torchao compiles its step (~5-10 s on 2 cores)
+@pytest.mark.parametrize("name", ["ao_adamw8bit", "ao_adamw4bit"])
+def test_torchao_low_bit_state_steps_faithfully_and_saves_memory(name):
+    params = weights(torch.float32)
+    values = {**knob_table.defaults_for(Tiny), "precision": "bf16_mixed", "optimizer": name}
+    optimizer = optimizer_knob.build(name, params, torch.optim.AdamW(params, **DREAMZERO), values)
+    out = fidelity_of(params, optimizer, steps=4)
+    assert out["extra"]["fidelity"] == "faithful"
+    per_param = state_bytes(optimizer) / sum(p.numel() for p in params)
+    claimed = optimizer_knob.CHOICES[name].state_bytes
+    assert claimed <= per_param < claimed * 1.1  # plus one scale per block
+
+
+@pytest.mark.parametrize("knobs, reason", [
+    ({"optimizer": "adamw_sr", "precision": "bf16_mixed"}, "needs precision=bf16"),
+    ({"optimizer": "ao_adamw_sr", "precision": "fp32"}, "needs precision=bf16"),
+    ({"optimizer": "ao_adamw_fp8"}, "compute capability 8.9"),
+    ({"optimizer": "ao_adamw8bit", "offload": "optimizer"}, "offload=optimizer"),
+])
+def test_optimizers_that_cannot_run_are_skipped(knobs, reason):
+    values = {**knob_table.defaults_for(Tiny), **knobs}
+    assert reason in Tiny({}, values, CPU).harness_skip_reason(world_size=1)
+
+
+def test_list_states_memory_per_parameter():
+    text = knob_table.GENERIC["optimizer"].help
+    assert all(name in text for name in optimizer_knob.CHOICES) and "B/param" in text
+
+
+@pytest.mark.parametrize("precision, optimizer, expected", [
+    ("bf16", "adamw_sr", {"faithful", "uncertain"}), ("bf16_mixed", "adamw", {"faithful"}),
+])
+def test_the_training_step_records_fidelity(precision, optimizer, expected):
+    values = {**knob_table.defaults_for(Tiny), "precision": precision, "optimizer": optimizer}
+    workload = Tiny({}, values, CPU)
+    step = training.prepare(workload, values, CPU)
+    step.fidelity.start_window()
+    for _ in range(3):
+        step(workload.batch(0))
+    out = step.fidelity.summary()
+    assert out["extra"]["fidelity"] in expected
+    assert out["metrics"]["fidelity_sampled_elements"] == sum(p.numel() for p in step.params)  # tiny: all
+    assert "trainable tensors" in out["extra"]["fidelity_sample"]
+
+
+def test_equivalent_group_fails_on_a_lossy_point_whatever_its_losses():
+    group = pd.DataFrame({"name": ["fp32 master", "pure bf16"], "losses": [[1.0, 0.9], [1.0, 0.9]],
+                          "fidelity": ["faithful (1.00)", "lossy (0.15)"]})
+    within = loss_agreement(group)["within_tolerance"].tolist()
+    assert within[0] == "yes" and within[1].startswith("no (update fidelity: lossy")

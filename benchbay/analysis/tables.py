@@ -23,8 +23,8 @@ from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
 from benchbay.analysis.mfu import mfu_column
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import coefficient_of_variation
-from benchbay.collect.fidelity import verdict
 from benchbay.analysis.steady import detect_warmup
+from benchbay.collect.fidelity import verdict
 from benchbay.record import Status
 
 #: figures summarised by their median over the ok repeats

@@ -61,7 +61,7 @@ def verdict(share: float | None, se: float | None) -> str | None:
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
     """The tensor this process holds (an FSDP2 parameter or gradient is a DTensor shard)."""
-    return t.tolocal_tensor() if hasattr(t, "to_local") else t
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def _sample(t: torch.Tensor, offset: int, stride: int, k: int) -> torch.Tensor:

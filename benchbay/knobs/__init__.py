@@ -27,7 +27,8 @@ class Knob:
 
 GENERIC: dict[str, Knob] = {
     "mbs": Knob(1, "micro-batch size per process", type=int),
-    "precision": Knob("bf16_mixed", "bf16_mixed: fp32 weights, gradients (4+4 B/param) + bf16 compute; bf16: bf16 weights and gradients (2+2 B/param; the optimizer knob says how they are updated); fp32",
+    "precision": Knob("bf16_mixed", "bf16_mixed: fp32 weights, gradients (4+4 B/param) + bf16 compute; bf16: bf16 "
+                      "weights and gradients (2+2 B/param; the optimizer knob says how they are updated); fp32",
                       ("bf16_mixed", "bf16", "fp32")),
     "optimizer": Knob("adamw", "; ".join(f"{c.name}: {c.help}" for c in OPTIMIZERS.values()),
                       tuple(OPTIMIZERS)),

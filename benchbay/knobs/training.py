@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
-from benchbay.knobs import compile as compile_knob
 from benchbay.collect.fidelity import UpdateFidelity, hyper_of
+from benchbay.knobs import compile as compile_knob
 from benchbay.knobs import optimizer as optimizer_knob
 from benchbay.knobs import precision, recompute, sharding
 from benchbay.knobs.offload import CPUOffloadedOptimizer

@@ -270,7 +270,8 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
     return {"metrics": metrics,
             "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
                        **({"data_waits_s": measured.data_s} if measured.data_s else {}), **sampler.series},
-            "extra": {**workload.extra_metrics(), **harness.get("extra", {}), **compile_counters(), **profiler.summary(), **snapshot.summary(),
+            "extra": {**workload.extra_metrics(), **harness.get("extra", {}), **compile_counters(),
+                      **profiler.summary(), **snapshot.summary(),
                       # timed steps short of the configured ones: the measure budget ended them
                       **({"measure_budget_spent": True} if len(times) < total_steps(spec["steps"]) else {}),
                       **({"drain_steps": measured.drain_steps} if measured.drain_steps else {})}}

@@ -1,9 +1,23 @@
-"""Synthetic robot-video datasets in the LeRobot v2.1 layout, written with PyAV.
+"""Synthetic robot-video datasets in LeRobot's layouts, written with PyAV, and the reader of both.
+
+v2.1 (``layout: v2.1``), one file per episode and camera:
 
     <root>/meta/info.json                                  fps, features (with each video's codec)
     <root>/meta/episodes.jsonl, meta/tasks.jsonl
     <root>/data/chunk-000/episode_000000.parquet           state, action, timestamp, frame_index...
     <root>/videos/chunk-000/<camera key>/episode_000000.mp4  one per camera
+
+v3.0 (``layout: v3.0``, current lerobot), ``episodes_per_file`` episodes per file:
+
+    <root>/meta/info.json                                  as above, plus data/video_files_size_in_mb
+    <root>/meta/episodes/chunk-000/file-000.parquet        per episode: length, its data file, and per
+                                                           camera its video file and from/to_timestamp
+    <root>/meta/tasks.parquet
+    <root>/data/chunk-000/file-000.parquet
+    <root>/videos/<camera key>/chunk-000/file-000.mp4      episodes one after another
+
+A v3.0 video is its episodes encoded alone and joined without re-encoding, as LeRobot's writer joins
+them (stream copy), so an episode's frames in it are those of the same episode written alone.
 
 The pictures are a textured background that pans and wobbles, a moving block and per-frame sensor
 noise, different enough frame to frame that decoding the wrong index shows. Everything follows from
@@ -33,6 +47,10 @@ import pandas as pd
 CHUNK_SIZE = 1000
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+DATA_PATH_V3 = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH_V3 = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH_V3 = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+LAYOUTS = ("v2.1", "v3.0")
 
 #: encoders tried for each codec, in order; the first one this PyAV build has is used
 ENCODERS = {"h264": ("libx264",), "av1": ("libsvtav1", "libaom-av1", "librav1e"), "hevc": ("libx265",)}
@@ -64,8 +82,14 @@ class ClipSpec:
     noise: int = 3
     state_dim: int = 8
     action_dim: int = 7
+    layout: str = "v2.1"
+    episodes_per_file: int = 4  # v3.0 only
 
     def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"clip layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.episodes_per_file < 1:
+            raise ValueError(f"episodes_per_file must be >= 1, got {self.episodes_per_file!r}")
         for name in ("grain", "noise"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -85,6 +109,12 @@ PRESETS: dict[str, ClipSpec] = {
     # LeRobot's encoder defaults on a LIBERO export: AV1 (SVT-AV1), GOP 2, CRF 30, 2 views at 10 Hz
     "libero": ClipSpec(cameras=("observation.images.image", "observation.images.wrist_image"),
                        codec="av1", height=256, width=256, fps=10, crf=30, gop=2, episode_frames=150),
+    # what current lerobot writes (configs/video.py, video_utils.py): v3.0 files of several episodes,
+    # libsvtav1 with a keyframe every 2 frames, CRF 30, yuv420p; DROID's 3 views at 15 Hz
+    "lerobot": ClipSpec(cameras=("observation.images.exterior_image_1_left", "observation.images.exterior_image_2_left",
+                                 "observation.images.wrist_image_left"),
+                        codec="av1", height=180, width=320, fps=15, crf=30, gop=2, episode_frames=240,
+                        layout="v3.0"),
 }
 
 
@@ -210,10 +240,13 @@ def _info(spec: ClipSpec, encoder: str) -> dict[str, Any]:
 
 
 def write_dataset(root: Path, spec: ClipSpec, seed: int = 0) -> Path:
-    """Write a whole dataset under ``root`` (which must not exist yet); returns ``root``."""
+    """Write a whole dataset in ``spec.layout`` under ``root`` (which must not exist yet); returns ``root``."""
     root = Path(root)
     encoder = pick_encoder(spec.codec)
     (root / "meta").mkdir(parents=True)
+    if spec.layout == "v3.0":
+        _write_v3(root, spec, seed, encoder)
+        return root
     for episode in range(spec.episodes):
         names = {"episode_chunk": episode // CHUNK_SIZE, "episode_index": episode}
         data_path = root / DATA_PATH.format(**names)
@@ -231,13 +264,84 @@ def write_dataset(root: Path, spec: ClipSpec, seed: int = 0) -> Path:
     return root
 
 
+def _write_v3(root: Path, spec: ClipSpec, seed: int, encoder: str) -> None:
+    """The v3.0 layout: file ``f`` holds episodes ``f * episodes_per_file ...``; each episode is
+    encoded alone into a scratch file, then the files are joined by stream copy."""
+    rows = []
+    for file in range(-(-spec.episodes // spec.episodes_per_file)):
+        names = {"chunk_index": file // CHUNK_SIZE, "file_index": file % CHUNK_SIZE}
+        episodes = range(file * spec.episodes_per_file, min((file + 1) * spec.episodes_per_file, spec.episodes))
+        data_path = root / DATA_PATH_V3.format(**names)
+        data_path.parent.mkdir(parents=True, exist_ok=True)
+        pd.concat([_lowdim(spec, episode, seed) for episode in episodes]).to_parquet(data_path, index=False)
+        for episode in episodes:
+            row = {"episode_index": episode, "tasks": ["synthetic task"], "length": spec.episode_frames,
+                   "data/chunk_index": names["chunk_index"], "data/file_index": names["file_index"],
+                   "dataset_from_index": episode * spec.episode_frames,
+                   "dataset_to_index": (episode + 1) * spec.episode_frames}
+            start = (episode - episodes[0]) * spec.episode_frames / spec.fps
+            for key in spec.cameras:
+                row.update({f"videos/{key}/chunk_index": names["chunk_index"],
+                            f"videos/{key}/file_index": names["file_index"],
+                            f"videos/{key}/from_timestamp": start,
+                            f"videos/{key}/to_timestamp": start + spec.episode_frames / spec.fps})
+            rows.append(row)
+        for camera_index, key in enumerate(spec.cameras):
+            with tempfile.TemporaryDirectory(dir=root) as scratch:
+                parts = [Path(scratch) / f"{episode}.mp4" for episode in episodes]
+                for episode, part in zip(episodes, parts, strict=True):
+                    write_video(part, spec, camera_index, _episode_seed(seed, episode), encoder)
+                join_videos(parts, root / VIDEO_PATH_V3.format(video_key=key, **names))
+    episodes_path = root / EPISODES_PATH_V3.format(chunk_index=0, file_index=0)
+    episodes_path.parent.mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(episodes_path, index=False)
+    pd.DataFrame({"task_index": [0]}, index=pd.Index(["synthetic task"], name="task")).to_parquet(
+        root / "meta" / "tasks.parquet")
+    info = _info(spec, encoder)
+    for key in ("total_videos", "total_chunks"):  # not in v3.0's info.json
+        del info[key]
+    for feature in info["features"].values():  # v3.0 keeps each feature's fps
+        feature["fps"] = spec.fps
+    info.update(codebase_version="v3.0", data_path=DATA_PATH_V3, video_path=VIDEO_PATH_V3,
+                data_files_size_in_mb=100, video_files_size_in_mb=500)  # lerobot's defaults
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=2))
+
+
+def join_videos(parts: list[Path], path: Path) -> None:
+    """Concatenate same-settings videos by stream copy, each part's timestamps shifted to follow the
+    previous part's last frame (as lerobot joins episodes into a v3.0 file)."""
+    import av  # see pick_encoder
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as out:
+        stream, offset = None, 0
+        for part in parts:
+            with av.open(str(part)) as source:
+                video = source.streams.video[0]
+                if stream is None:
+                    stream = out.add_stream_from_template(video, opaque=True)  # no codec: packets are copied
+                # frames x frame duration, in the part's time base: where the next part starts
+                duration = round(video.frames / video.average_rate / video.time_base)
+                for packet in source.demux(video):
+                    if packet.dts is None:  # the demuxer's end-of-stream packet
+                        continue
+                    packet.pts += offset
+                    packet.dts += offset
+                    packet.stream = stream
+                    out.mux(packet)
+                offset += duration
+
+
 def cached_dataset(spec: ClipSpec, seed: int = 0, cache_dir: Path | None = None) -> Path:
     """The dataset for (spec, seed) under the cache, written once; concurrent writers are safe
     (each writes a private folder and renames it into place). Finding a written one needs no PyAV,
     so a cache made elsewhere serves a host without it (the GPU host); its info.json says which
     PyAV wrote it."""
     cache_dir = Path(cache_dir or os.environ.get("BENCHBAY_DECODE_CACHE") or Path.home() / ".cache/benchbay/decode")
-    key = hashlib.sha1(json.dumps([dataclasses.asdict(spec), seed]).encode()).hexdigest()[:12]
+    fields = dataclasses.asdict(spec)
+    if spec.layout == "v2.1":  # the key a v2.1 dataset had before the layout fields: caches stay valid
+        del fields["layout"], fields["episodes_per_file"]
+    key = hashlib.sha1(json.dumps([fields, seed]).encode()).hexdigest()[:12]
     root = cache_dir / key
     if (root / "meta" / "info.json").exists():
         return root
@@ -260,25 +364,64 @@ def cached_dataset(spec: ClipSpec, seed: int = 0, cache_dir: Path | None = None)
     return root
 
 
+class DatasetFormatError(ValueError):
+    """A dataset's metadata is missing, unreadable or not a LeRobot layout; names the file and key."""
+
+
+#: the info.json keys the reader needs, per codebase_version it reads (v2.0 is v2.1's layout)
+INFO_KEYS = {"v2.0": ("fps", "features", "video_path", "chunks_size"),
+             "v2.1": ("fps", "features", "video_path", "chunks_size"),
+             "v3.0": ("fps", "features", "video_path", "chunks_size")}
+
+
+@dataclass(frozen=True)
+class EpisodeVideo:
+    """Where an episode of one camera lies: its file and the file's frame index of its first frame."""
+
+    path: Path
+    first_frame: int
+
+
 @dataclass(frozen=True)
 class VideoDataset:
-    """A LeRobot-layout dataset on disk, as the decode benchmarks read it."""
+    """A LeRobot dataset on disk (v2.1 or v3.0, told by info.json), as the decode benchmarks read it."""
 
     root: Path
     info: dict[str, Any]
     lengths: tuple[int, ...]  # frames per episode
+    videos: dict[str, tuple[EpisodeVideo, ...]]  # per camera, per episode
 
     @classmethod
     def open(cls, root: Path | str) -> VideoDataset:
         root = Path(root)
-        info = json.loads((root / "meta" / "info.json").read_text())
-        with open(root / "meta" / "episodes.jsonl") as f:
-            episodes = sorted((json.loads(line) for line in f if line.strip()), key=lambda e: e["episode_index"])
-        return cls(root, info, tuple(e["length"] for e in episodes))
+        info_path = root / "meta" / "info.json"
+        try:
+            info = json.loads(info_path.read_text())
+        except FileNotFoundError:
+            raise DatasetFormatError(f"{root} is not a LeRobot dataset: no {info_path}") from None
+        except json.JSONDecodeError as exc:
+            raise DatasetFormatError(f"{info_path}: not JSON ({exc})") from None
+        version = info.get("codebase_version")
+        if version not in INFO_KEYS:
+            raise DatasetFormatError(f"{info_path}: key 'codebase_version' is {version!r}; "
+                                     f"this reader knows {', '.join(INFO_KEYS)}")
+        missing = [key for key in INFO_KEYS[version] if key not in info]
+        if missing:
+            raise DatasetFormatError(f"{info_path}: codebase_version {version} needs key(s) {', '.join(missing)}")
+        cameras = [key for key, feature in info["features"].items() if feature.get("dtype") == "video"]
+        if not cameras:
+            raise DatasetFormatError(f"{info_path}: key 'features' has no feature of dtype 'video'")
+        read = _episodes_v3 if version == "v3.0" else _episodes_v2
+        lengths, videos = read(root, info, cameras)
+        return cls(root, info, lengths, videos)
+
+    @property
+    def layout(self) -> str:
+        return "v3.0" if self.info["codebase_version"] == "v3.0" else "v2.1"
 
     @property
     def cameras(self) -> list[str]:
-        return [key for key, feature in self.info["features"].items() if feature["dtype"] == "video"]
+        return list(self.videos)
 
     @property
     def fps(self) -> int:
@@ -290,27 +433,72 @@ class VideoDataset:
 
     def content(self) -> dict[str, float]:
         """How much the videos hold: mean encoded kB (1000 bytes) per frame and bits per pixel over
-        every video of the dataset (file sizes, container included)."""
+        every video file of the dataset (file sizes, container included)."""
         size = frames = pixels = 0
         for camera in self.cameras:
             height, width = self.info["features"][camera]["shape"][:2]
             for episode, length in enumerate(self.lengths):
                 path = self.video_path(camera, episode)
                 if not path.is_file():
-                    raise FileNotFoundError(f"{self.root}: meta/episodes.jsonl lists episode {episode}, "
+                    raise FileNotFoundError(f"{self.root}: the episode metadata lists episode {episode}, "
                                             f"but its {camera} video {path} is missing")
-                size += path.stat().st_size
                 frames += length
                 pixels += length * height * width
+            size += sum(path.stat().st_size for path in {video.path for video in self.videos[camera]})
         return {"kb_per_frame": size / frames / 1e3, "bits_per_pixel": 8 * size / pixels}
 
     def codec(self, camera: str) -> str:
         return self.info["features"][camera]["info"]["video.codec"]
 
     def video_path(self, camera: str, episode: int) -> Path:
-        return self.root / self.info["video_path"].format(
-            episode_chunk=episode // self.info["chunks_size"], video_key=camera, episode_index=episode)
+        return self.videos[camera][episode].path
 
-    def data_path(self, episode: int) -> Path:
-        return self.root / self.info["data_path"].format(
-            episode_chunk=episode // self.info["chunks_size"], episode_index=episode)
+    def first_frame(self, camera: str, episode: int) -> int:
+        """The index, in its file, of the episode's first frame (0 in v2.1)."""
+        return self.videos[camera][episode].first_frame
+
+
+def _episodes_v2(root: Path, info: dict[str, Any], cameras: list[str]):
+    path = root / "meta" / "episodes.jsonl"
+    try:
+        with open(path) as f:
+            episodes = sorted((json.loads(line) for line in f if line.strip()), key=lambda e: e["episode_index"])
+        lengths = tuple(e["length"] for e in episodes)
+    except FileNotFoundError:
+        raise DatasetFormatError(f"{root}: codebase_version {info['codebase_version']} needs {path}") from None
+    except KeyError as exc:
+        raise DatasetFormatError(f"{path}: an episode has no key {exc}") from None
+    chunk = info["chunks_size"]
+    videos = {camera: tuple(EpisodeVideo(root / info["video_path"].format(
+        episode_chunk=e // chunk, video_key=camera, episode_index=e), 0) for e in range(len(lengths)))
+        for camera in cameras}
+    return lengths, videos
+
+
+def _episodes_v3(root: Path, info: dict[str, Any], cameras: list[str]):
+    """Per episode its length and, per camera, its file and first frame: the from_timestamp that
+    shifts every query into the file, as a frame index on the dataset's frame rate."""
+    files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+    if not files:
+        raise DatasetFormatError(f"{root}: codebase_version v3.0 needs meta/episodes/chunk-*/file-*.parquet")
+    columns = ["episode_index", "length"] + [f"videos/{camera}/{name}" for camera in cameras
+                                             for name in ("chunk_index", "file_index", "from_timestamp")]
+    frames = []
+    for path in files:
+        frame = pd.read_parquet(path)
+        missing = [column for column in columns if column not in frame.columns]
+        if missing:
+            raise DatasetFormatError(f"{path}: no column(s) {', '.join(missing)}")
+        frames.append(frame[columns])
+    episodes = pd.concat(frames).sort_values("episode_index")
+    if list(episodes["episode_index"]) != list(range(len(episodes))):
+        raise DatasetFormatError(f"{root}/meta/episodes: key 'episode_index' is not 0..{len(episodes) - 1}")
+    fps = info["fps"]
+
+    def video(camera: str, row: pd.Series) -> EpisodeVideo:
+        path = info["video_path"].format(video_key=camera, chunk_index=int(row[f"videos/{camera}/chunk_index"]),
+                                         file_index=int(row[f"videos/{camera}/file_index"]))
+        return EpisodeVideo(root / path, round(row[f"videos/{camera}/from_timestamp"] * fps))
+
+    videos = {camera: tuple(video(camera, row) for _, row in episodes.iterrows()) for camera in cameras}
+    return tuple(int(n) for n in episodes["length"]), videos

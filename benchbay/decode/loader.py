@@ -40,7 +40,7 @@ class SampleDecoder:
             if handle is None:
                 handle = self.decoder.open(request.path)
             opened = time.perf_counter()
-            batch = handle.get_frames(request.indices)
+            batch = handle.get_frames(request.file_indices)
             if batch.is_cuda:
                 torch.cuda.synchronize(batch.device)
             decoded = time.perf_counter()
@@ -51,7 +51,7 @@ class SampleDecoder:
             closed, cpu = time.perf_counter(), time.process_time() - cpu
             frames.append(batch)
             timings.append(ViewTiming(open_s=None if reused else opened - start, decode_s=decoded - opened,
-                                      close_s=closed - decoded, cpu_s=cpu, frames=len(request.indices)))
+                                      close_s=closed - decoded, cpu_s=cpu, frames=len(request.file_indices)))
         return frames, timings
 
     def _keep(self, request: ViewRequest, handle: Handle) -> None:

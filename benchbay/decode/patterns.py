@@ -18,12 +18,19 @@ from benchbay.decode.clips import VideoDataset
 
 @dataclass(frozen=True)
 class ViewRequest:
-    """Frames of one camera's video, in the order the sample wants them."""
+    """Frames of one camera's episode, in the order the sample wants them: ``indices`` counted from
+    the episode's start, ``first_frame`` where it starts in ``path`` (v3.0: after earlier episodes)."""
 
     camera: str
     episode: int
     path: Path
     indices: tuple[int, ...]
+    first_frame: int = 0
+
+    @property
+    def file_indices(self) -> tuple[int, ...]:
+        """The frames' indices in the file, what a decoder is asked for."""
+        return tuple(self.first_frame + i for i in self.indices)
 
 
 class Pattern(ABC):
@@ -38,8 +45,8 @@ class Pattern(ABC):
         rng = np.random.default_rng([self.seed, i])
         episode = int(rng.integers(self.dataset.episodes))
         indices = self._indices(rng, self.dataset.lengths[episode])
-        return [ViewRequest(camera, episode, self.dataset.video_path(camera, episode), indices)
-                for camera in self.dataset.cameras]
+        return [ViewRequest(camera, episode, self.dataset.video_path(camera, episode), indices,
+                            self.dataset.first_frame(camera, episode)) for camera in self.dataset.cameras]
 
     @abstractmethod
     def _indices(self, rng: np.random.Generator, length: int) -> tuple[int, ...]: ...

@@ -4,7 +4,8 @@ by one backend, driven as a real loader drives it (``mode: loader``) or its best
 foreground loop stands in for the training step (``interference: on``).
 
 The dataset is synthetic (generated once per spec and seed into a cache, see
-``benchbay.decode.clips``) unless ``params.root`` points at a LeRobot v2.x dataset on disk.
+``benchbay.decode.clips``; ``params.layout`` v2.1 or v3.0) unless ``params.root`` points at a LeRobot
+v2.1 or v3.0 dataset on disk (told by its meta/info.json).
 
 What a record's figures hold: per view, the wall and CPU time of the backend's own calls (open,
 decode, close; ``view_latency_ms_*``, ``view_cpu_ms_*``), measured in a decoding process set up as a
@@ -70,6 +71,8 @@ class Decode(StepWorkload):
         "codec": None, "gop": None, "crf": None, "encoder_preset": None,
         # content: fine texture and per-frame noise amplitudes (0-255); more noise, more kB per frame
         "grain": None, "noise": None,
+        # LeRobot layout written: v2.1 (a file per episode) | v3.0 (episodes_per_file episodes a file)
+        "layout": None, "episodes_per_file": None,
         "warmup_samples": 2,  # first samples left out of the latency statistics
     }
 
@@ -92,7 +95,7 @@ class Decode(StepWorkload):
         return PRESETS[self.knob_values["preset"]].replace(
             episode_frames=p["episode_frames"], episodes=p["episodes"], height=p["height"], width=p["width"],
             codec=p["codec"], gop=p["gop"], crf=p["crf"], preset=p["encoder_preset"], grain=p["grain"],
-            noise=p["noise"])
+            noise=p["noise"], layout=p["layout"], episodes_per_file=p["episodes_per_file"])
 
     def setup(self) -> None:
         k = self.knob_values
@@ -186,7 +189,8 @@ class Decode(StepWorkload):
             "backend": self.backend_name, "mode": self.settings.mode, "pattern": self.knob_values["pattern"],
             "backend_settings": self.decoder.describe(), "codec": self.dataset.codec(camera),
             "resolution": "x".join(map(str, self.dataset.info["features"][camera]["shape"][:2])),
-            "cameras": len(self.dataset.cameras), "samples": len(self.samples), "measured_samples": len(measured),
+            "layout": self.dataset.layout, "cameras": len(self.dataset.cameras),
+            "samples": len(self.samples), "measured_samples": len(measured),
             **self.dataset.content(), **decoding,
             "loader_samples_per_s": len(measured) / wall if rated else None,
             "frames_per_s": frames / wall if rated else None,

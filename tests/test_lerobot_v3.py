@@ -1,0 +1,132 @@
+"""LeRobot v3.0 datasets (many episodes a file, from_timestamp), LeRobot's AV1 settings, and the
+errors for metadata that is neither v2.1 nor v3.0."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from benchbay.decode.backends import BACKENDS, Settings, backend
+from benchbay.decode.clips import PRESETS, DatasetFormatError, VideoDataset, source_frame, write_dataset
+from benchbay.decode.patterns import PATTERNS
+from benchbay.workloads.decode import Decode
+
+# 3 episodes, 2 a file: file-000 holds episodes 0 and 1, file-001 episode 2; 100 frames fit dreamzero_full
+TINY = PRESETS["droid"].replace(cameras=("observation.images.a", "observation.images.b"), height=48, width=64,
+                                episode_frames=100, episodes=3, episodes_per_file=2)
+AVAILABLE = [name for name, cls in BACKENDS.items() if cls.unavailable_reason("cpu") is None]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> tuple[VideoDataset, VideoDataset]:
+    """The same episodes written in both layouts."""
+    root = tmp_path_factory.mktemp("layouts")
+    return (VideoDataset.open(write_dataset(root / "v21", TINY, seed=5)),
+            VideoDataset.open(write_dataset(root / "v30", TINY.replace(layout="v3.0"), seed=5)))
+
+
+def test_v3_layout_metadata(pair):
+    _, v3 = pair
+    info = json.loads((v3.root / "meta" / "info.json").read_text())
+    assert info["codebase_version"] == "v3.0" and v3.layout == "v3.0"
+    for key in ("chunks_size", "data_files_size_in_mb", "video_files_size_in_mb"):
+        assert key in info
+    assert info["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    episodes = pd.read_parquet(v3.root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+    camera = "observation.images.a"
+    assert list(episodes[f"videos/{camera}/file_index"]) == [0, 0, 1]
+    assert list(episodes[f"videos/{camera}/from_timestamp"]) == pytest.approx([0.0, 100 / 15, 0.0])
+    assert list(episodes["dataset_from_index"]) == [0, 100, 200]
+    assert pd.read_parquet(v3.root / "meta" / "tasks.parquet")["task_index"].tolist() == [0]
+    data = pd.read_parquet(v3.root / "data" / "chunk-000" / "file-000.parquet")
+    assert list(data["episode_index"].unique()) == [0, 1]
+    assert v3.lengths == (100, 100, 100)
+    assert v3.video_path(camera, 0) == v3.video_path(camera, 1) != v3.video_path(camera, 2)
+    assert [v3.first_frame(camera, e) for e in range(3)] == [0, 100, 0]
+    assert len(list((v3.root / "videos").rglob("*.mp4"))) == 4  # 2 files x 2 cameras
+
+
+@pytest.mark.parametrize("name", AVAILABLE)
+@pytest.mark.parametrize("mode", ["loader", "best"])
+def test_every_backend_reads_the_same_frames_from_both_layouts(pair, name, mode):
+    v2, v3 = pair
+    for pattern in PATTERNS.values():
+        for request2, request3 in zip(pattern(v2, seed=1).sample(0), pattern(v3, seed=1).sample(0), strict=True):
+            assert (request2.episode, request2.indices) == (request3.episode, request3.indices)
+            frames = [backend(name, Settings(mode=mode)).open(r.path).get_frames(r.file_indices)
+                      for r in (request2, request3)]
+            assert frames[0].shape == (len(request2.indices), 48, 64, 3)
+            assert torch.equal(frames[0], frames[1]), f"{name} {mode} {pattern.name} episode {request2.episode}"
+
+
+def test_episode_in_a_shared_file_is_its_own_frames(pair):
+    """Episode 1 starts at frame 100 of file-000: its frames there are its source, not episode 0's."""
+    _, v3 = pair
+    camera = "observation.images.b"
+    handle = backend("pyav", Settings(mode="best")).open(v3.video_path(camera, 1))
+    assert handle.num_frames == 200
+    decoded = handle.get_frames([100, 150])
+    for frame, t in zip(decoded, (0, 50), strict=True):
+        own = torch.from_numpy(source_frame(TINY, 1, 5, t, episode=1))
+        other = torch.from_numpy(source_frame(TINY, 1, 5, t, episode=0))
+        assert (frame.float() - own.float()).abs().mean() < 12 < (frame.float() - other.float()).abs().mean()
+
+
+def test_lerobot_preset_is_svtav1_gop2_v3(tmp_path):
+    spec = PRESETS["lerobot"].replace(height=48, width=64, episode_frames=6, episodes=2)
+    assert (spec.codec, spec.gop, spec.crf, spec.pix_fmt, spec.layout) == ("av1", 2, 30, "yuv420p", "v3.0")
+    ds = VideoDataset.open(write_dataset(tmp_path / "lerobot", spec, seed=0))
+    camera = ds.cameras[0]
+    assert ds.info["features"][camera]["info"]["video.encoder"] == "libsvtav1"
+    import av
+
+    with av.open(str(ds.video_path(camera, 1))) as container:
+        keys = [packet.is_keyframe for packet in container.demux(video=0) if packet.size]
+    assert keys == [True, False] * 6  # a keyframe every 2 frames, through both episodes
+    handle = backend("torchcodec", Settings()).open(ds.video_path(camera, 1))
+    frames = handle.get_frames([ds.first_frame(camera, 1) + 3])
+    truth = torch.from_numpy(source_frame(spec, 0, 0, 3, episode=1))
+    assert (frames[0].float() - truth.float()).abs().mean() < 12
+
+
+def test_workload_runs_on_a_v3_root(pair):
+    _, v3 = pair
+    workload = Decode({"root": str(v3.root)}, {"seed": 3, "backend": "pyav", "pattern": "dreamzero",
+                                               "mode": "best"}, torch.device("cpu"))
+    workload.setup()
+    for i in range(4):
+        workload.step(i)
+    extra = workload.extra_metrics()
+    assert extra["layout"] == "v3.0" and extra["cameras"] == 2 and extra["measured_samples"] == 2
+    assert extra["frames"] > 0 and extra["source_mad"] is None
+
+
+def _copy_meta(src: VideoDataset, dst):
+    import shutil
+
+    shutil.copytree(src.root, dst)
+    return dst
+
+
+def test_errors_name_the_file_and_key(pair, tmp_path):
+    _, v3 = pair
+    with pytest.raises(DatasetFormatError, match=r"no .*meta/info\.json"):
+        VideoDataset.open(tmp_path)
+    root = _copy_meta(v3, tmp_path / "bad")
+    info_path = root / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info_path.write_text(json.dumps({**info, "codebase_version": "v1.6"}))
+    with pytest.raises(DatasetFormatError, match=r"info\.json: key 'codebase_version' is 'v1.6'"):
+        VideoDataset.open(root)
+    info_path.write_text(json.dumps({k: v for k, v in info.items() if k != "video_path"}))
+    with pytest.raises(DatasetFormatError, match=r"info\.json: codebase_version v3\.0 needs key\(s\) video_path"):
+        VideoDataset.open(root)
+    info_path.write_text(json.dumps(info))
+    episodes_path = root / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
+    column = "videos/observation.images.b/from_timestamp"
+    pd.read_parquet(episodes_path).drop(columns=[column]).to_parquet(episodes_path)
+    with pytest.raises(DatasetFormatError, match=rf"file-000\.parquet: no column\(s\) {column}"):
+        VideoDataset.open(root)

@@ -130,3 +130,48 @@ def test_errors_name_the_file_and_key(pair, tmp_path):
     pd.read_parquet(episodes_path).drop(columns=[column]).to_parquet(episodes_path)
     with pytest.raises(DatasetFormatError, match=rf"file-000\.parquet: no column\(s\) {column}"):
         VideoDataset.open(root)
+
+
+# ---- LeRobot's decoding path ----------------------------------------------------------------------
+
+def test_lerobot_backend_matches_torchcodec_and_caches_decoders(pair):
+    from benchbay.decode.loader import SampleDecoder
+
+    _, v3 = pair
+    decoder = SampleDecoder(backend("lerobot", Settings()))
+    assert decoder.cache_size == 100 and decoder.decoder.describe()["seek_mode"] == "approximate"
+    pattern = PATTERNS["dreamzero"](v3, seed=2)
+    timings = []
+    for i in range(6):
+        frames, views = decoder(pattern.sample(i))
+        timings.append(views)
+        for request, got in zip(pattern.sample(i), frames, strict=True):
+            want = backend("torchcodec", Settings()).open(request.path).get_frames(request.file_indices)
+            assert torch.equal(got, want)
+    opened = [view.open_s is not None for views in timings for view in views]
+    assert sum(opened) == 4  # 2 files x 2 cameras, each opened once and then a cache hit
+
+
+def test_lerobot_backend_checks_timestamps_within_tolerance(pair):
+    from benchbay.decode.backends import DecodeError
+
+    _, v3 = pair
+    strict = backend("lerobot", Settings())
+    strict.options["tolerance_s"] = 0.0  # no frame's pts lies within 0 s of its query
+    handle = strict.open(v3.video_path("observation.images.a", 1))
+    with pytest.raises(DecodeError, match=r"file-000\.mp4.*beyond tolerance_s=0\.0.*\(6\.6667, 6\.6667\)"):
+        handle.get_frames([100])
+
+
+def test_workload_lerobot_mode_records_cache_hits_and_frames_per_core(pair):
+    _, v3 = pair
+    workload = Decode({"root": str(v3.root)}, {"seed": 3, "backend": "lerobot", "pattern": "wallx"},
+                      torch.device("cpu"))
+    assert workload.skip_reason() is None
+    workload.setup()
+    for i in range(6):
+        workload.step(i)
+    extra = workload.extra_metrics()
+    assert extra["backend_settings"]["decoder_cache"] == 100 and extra["backend_settings"]["view_threads"]
+    assert extra["view_latency_ms_reused_median"] > 0 and extra["frames_per_cpu_s"] > 0
+    json.dumps(extra)

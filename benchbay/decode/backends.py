@@ -9,6 +9,10 @@ Each backend is driven two ways (``mode``):
   decoder thread for each library (a file opened per sample and decoded over a short span pays for
   threads more than they return), and for PyAV frames found through the container's index.
 
+``lerobot`` is not a library but LeRobot's own decoding path (lerobot's datasets/video_utils.py)
+over torchcodec: its decoder cache, approximate seeking, ``get_frames_at`` and the timestamp check,
+with a sample's cameras decoded in parallel threads (``view_threads``, applied by the sample decoder).
+
 Libraries are imported in ``open`` only: a point runs one backend in its own process, and some
 combinations crash when loaded together (decord2's FFmpeg before torchcodec's, on AV1).
 """
@@ -194,6 +198,23 @@ def _load_bundled_ffmpeg() -> None:
         import av  # noqa: F401
 
 
+class LeRobot(TorchCodec):
+    """LeRobot's path: one torchcodec decoder per file kept in an LRU cache (``decoder_cache``
+    entries; lerobot's VideoDecoderCache), approximate seeking and torchcodec's default FFmpeg
+    threads, query timestamps turned into indices on the file's average fps for ``get_frames_at``,
+    and every frame's pts checked to lie within ``tolerance_s`` of its query (lerobot raises
+    otherwise). Left out: lerobot's cast of the frames to float32 in [0, 1], so that this backend's
+    frames compare with the others' uint8 ones."""
+
+    name = "lerobot"
+    mode_options = {mode: {"seek_mode": "approximate", "threads": 1, "decoder_cache": 100, "tolerance_s": 1e-4,
+                           "view_threads": True} for mode in MODES}
+
+    def _open(self, path: Path) -> Handle:
+        handle = super()._open(path)
+        return _LeRobotHandle(self.name, path, handle.decoder, self.options["tolerance_s"])
+
+
 class _TorchCodecHandle(Handle):
     def __init__(self, backend: str, path: Path, decoder: Any):
         super().__init__(backend, path)
@@ -208,6 +229,26 @@ class _TorchCodecHandle(Handle):
 
     def close(self) -> None:
         self.decoder = None
+
+
+class _LeRobotHandle(_TorchCodecHandle):
+    def __init__(self, backend: str, path: Path, decoder: Any, tolerance_s: float):
+        super().__init__(backend, path, decoder)
+        self.tolerance_s = tolerance_s
+        self.fps = decoder.metadata.average_fps
+
+    def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        # lerobot asks for timestamps (the episode's from_timestamp + the frame's own) and rounds
+        # them back to indices on the file's average fps
+        query = torch.tensor(indices, dtype=torch.float64) / self.fps
+        batch = self.decoder.get_frames_at([round(float(t) * self.fps) for t in query])
+        off = (batch.pts_seconds.double() - query).abs()
+        if (off >= self.tolerance_s).any():
+            pairs = zip(query, batch.pts_seconds, off, strict=True)
+            bad = [(round(float(q), 4), round(float(p), 4)) for q, p, o in pairs if o >= self.tolerance_s]
+            raise DecodeError(self.backend, self.path, f"frames beyond tolerance_s={self.tolerance_s} of their "
+                                                       f"query timestamps (query, loaded): {bad}")
+        return batch.data
 
 
 # ---- decord / decord2 ---------------------------------------------------------------------------
@@ -422,7 +463,7 @@ class _IndexedPyAVHandle(_PyAVHandle):
         return torch.from_numpy(np.stack([decoded[i] for i in indices]))
 
 
-BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (TorchCodec, Decord, Decord2, PyAV)}
+BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (TorchCodec, Decord, Decord2, PyAV, LeRobot)}
 
 
 def backend(name: str, settings: Settings = Settings()) -> Backend:

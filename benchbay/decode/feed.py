@@ -36,7 +36,8 @@ from benchbay.workloads.base import Choice, TrainingWorkload
 VIDEO_KNOBS = {
     "data": Choice(("synthetic", "video"), "synthetic: batches made on the device; video: decoded from a "
                    "LeRobot-layout dataset by a DataLoader, as the real loader does, the rest synthetic"),
-    "video_backend": Choice(("torchcodec", "decord", "pyav"), "data=video: the decoding library"),
+    "video_backend": Choice(("torchcodec", "decord", "pyav", "lerobot"),
+                            "data=video: the decoding library, or lerobot: LeRobot's own path over torchcodec"),
     "video_device": Choice(("cpu", "cuda"), "data=video: where frames are decoded (cuda: NVDEC, torchcodec)"),
     "num_workers": Choice((0, 2, 4, 8, 16), "data=video: DataLoader worker processes"),
     "prefetch_factor": Choice((2, 4, 8), "data=video: batches each worker prepares ahead"),

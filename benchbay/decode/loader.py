@@ -4,9 +4,11 @@ training step to show what the workers' decoding costs it (interference)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,41 +26,50 @@ OPEN_FILES = 64
 class SampleDecoder:
     """Decodes a sample's views with one backend, timing each around the backend's calls only (open,
     decode, close). Opens every file per sample, as the real loaders do, unless the backend's
-    settings say ``keep_open`` (then an LRU of open decoders is reused)."""
+    settings say ``keep_open`` or the backend keeps a ``decoder_cache`` of its own (LeRobot's): then
+    an LRU of open decoders is reused. With the backend's ``view_threads`` the views are decoded in
+    parallel threads, one per camera (LeRobot's); each view's CPU is then its own thread's."""
 
     def __init__(self, decoder: Backend):
-        self.decoder, self.keep_open = decoder, decoder.settings.keep_open
+        self.decoder = decoder
+        self.cache_size = decoder.options.get("decoder_cache") or (OPEN_FILES if decoder.settings.keep_open else 0)
         self._open: OrderedDict[str, Handle] = OrderedDict()
+        self._lock = threading.Lock()  # the cache, with view threads
+        self._pool = ThreadPoolExecutor() if decoder.options.get("view_threads") else None  # a thread per view
 
     def __call__(self, requests: list[ViewRequest]) -> tuple[list[torch.Tensor], list[ViewTiming]]:
-        frames, timings = [], []
-        for request in requests:
-            # process CPU time: the decoder's own threads count too
-            cpu, start = time.process_time(), time.perf_counter()
-            handle = self._open.get(str(request.path)) if self.keep_open else None
-            reused = handle is not None
-            if handle is None:
-                handle = self.decoder.open(request.path)
-            opened = time.perf_counter()
-            batch = handle.get_frames(request.file_indices)
-            if batch.is_cuda:
-                torch.cuda.synchronize(batch.device)
-            decoded = time.perf_counter()
-            if self.keep_open:
-                self._keep(request, handle)
-            else:
-                handle.close()
-            closed, cpu = time.perf_counter(), time.process_time() - cpu
-            frames.append(batch)
-            timings.append(ViewTiming(open_s=None if reused else opened - start, decode_s=decoded - opened,
-                                      close_s=closed - decoded, cpu_s=cpu, frames=len(request.file_indices)))
-        return frames, timings
+        if self._pool is None:  # process CPU time: the decoder's own threads count too
+            views = [self._view(request, time.process_time) for request in requests]
+        else:  # process CPU would count the other threads' views: each thread's own
+            views = list(self._pool.map(lambda request: self._view(request, time.thread_time), requests))
+        return [frames for frames, _ in views], [timing for _, timing in views]
+
+    def _view(self, request: ViewRequest, cpu_clock: Callable[[], float]) -> tuple[torch.Tensor, ViewTiming]:
+        cpu, start = cpu_clock(), time.perf_counter()
+        with self._lock:
+            handle = self._open.get(str(request.path)) if self.cache_size else None
+        reused = handle is not None
+        if handle is None:
+            handle = self.decoder.open(request.path)
+        opened = time.perf_counter()
+        batch = handle.get_frames(request.file_indices)
+        if batch.is_cuda:
+            torch.cuda.synchronize(batch.device)
+        decoded = time.perf_counter()
+        if self.cache_size:
+            self._keep(request, handle)
+        else:
+            handle.close()
+        closed, cpu = time.perf_counter(), cpu_clock() - cpu
+        return batch, ViewTiming(open_s=None if reused else opened - start, decode_s=decoded - opened,
+                                 close_s=closed - decoded, cpu_s=cpu, frames=len(request.file_indices))
 
     def _keep(self, request: ViewRequest, handle: Handle) -> None:
-        self._open[str(request.path)] = handle
-        self._open.move_to_end(str(request.path))
-        while len(self._open) > OPEN_FILES:
-            self._open.popitem(last=False)[1].close()
+        with self._lock:
+            self._open[str(request.path)] = handle
+            self._open.move_to_end(str(request.path))
+            while len(self._open) > self.cache_size:
+                self._open.popitem(last=False)[1].close()
 
 
 class DecodeDataset(Dataset):

@@ -63,6 +63,7 @@ def latency_summary(samples: Sequence[Sequence[ViewTiming]]) -> dict[str, float 
     opens = [1e3 * view.open_s for view in views if view.open_s is not None]
     busy = sum(view.total_s for view in views)
     frames = sum(view.frames for view in views)
+    cpu = sum(view.cpu_s for view in views)
     return {**distribution("view_latency_ms", [1e3 * view.total_s for view in views]),
             **distribution("view_cpu_ms", [1e3 * view.cpu_s for view in views]),
             **distribution("view_decode_ms", [1e3 * view.decode_s for view in views]),
@@ -71,7 +72,16 @@ def latency_summary(samples: Sequence[Sequence[ViewTiming]]) -> dict[str, float 
             "opens": len(opens), "views": len(views), "frames": frames,
             # one decoding process's speed: frames over the time it spent opening and decoding
             "decode_frames_per_s": frames / busy if busy else None,
+            # the figure to compare across machines: frames per second of one busy core
+            "frames_per_cpu_s": frames / cpu if cpu else None,
+            # a view that opened its file (a cache miss) against one that reused an open decoder (a hit)
+            "view_latency_ms_opened_median": _median([1e3 * v.total_s for v in views if v.open_s is not None]),
+            "view_latency_ms_reused_median": _median([1e3 * v.total_s for v in views if v.open_s is None]),
             "decode_cpu_s_per_sample": sum(view.cpu_s for view in views) / len(samples) if samples else None}
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(np.median(values)) if values else None
 
 
 class CpuWindow:

@@ -175,3 +175,44 @@ def test_workload_lerobot_mode_records_cache_hits_and_frames_per_core(pair):
     assert extra["backend_settings"]["decoder_cache"] == 100 and extra["backend_settings"]["view_threads"]
     assert extra["view_latency_ms_reused_median"] > 0 and extra["frames_per_cpu_s"] > 0
     json.dumps(extra)
+
+
+# ---- GPU decoders ---------------------------------------------------------------------------------
+
+def test_pynvvideocodec_skips_with_its_reason_without_a_gpu():
+    reason = Decode({}, {"backend": "pynvvideocodec", "device": "cuda"}, torch.device("cpu")).skip_reason()
+    if not torch.cuda.is_available():
+        assert "not installed" in reason or "no CUDA device" in reason
+    cpu = Decode({}, {"backend": "pynvvideocodec"}, torch.device("cpu")).skip_reason()
+    assert "not installed" in cpu or "cuda only" in cpu
+
+
+@pytest.mark.parametrize(("capability", "lacks"), [((9, 0), True), ((8, 0), True), ((8, 9), False), ((10, 0), False)])
+def test_nvdec_av1_by_gpu_generation(monkeypatch, capability, lacks):
+    from benchbay.decode.backends import nvdec_codec_reason
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "GPU")
+    assert nvdec_codec_reason("h264") is None
+    assert (nvdec_codec_reason("av1") is not None) == lacks
+    if lacks:  # a GPU decoder without CPU fallback is skipped on AV1; torchcodec records its fallback
+        available = classmethod(lambda cls, device="cpu": None)
+        monkeypatch.setattr("benchbay.decode.backends.Backend.unavailable_reason", available)
+        decord2 = Decode({}, {"backend": "decord2", "device": "cuda", "preset": "lerobot"}, torch.device("cpu"))
+        assert "no AV1 decoder" in decord2.skip_reason()
+        assert Decode({}, {"backend": "torchcodec", "device": "cuda", "preset": "lerobot"},
+                      torch.device("cpu")).skip_reason() is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["torchcodec", "pynvvideocodec", "lerobot"])
+def test_gpu_backends_match_the_cpu_on_v3(pair, name):
+    if (reason := BACKENDS[name].unavailable_reason("cuda")) is not None:
+        pytest.skip(reason)
+    _, v3 = pair
+    path, indices = v3.video_path("observation.images.a", 1), [100, 101, 150]
+    frames = backend(name, Settings(device="cuda")).open(path).get_frames(indices)
+    cpu = backend("torchcodec", Settings()).open(path).get_frames(indices)
+    assert frames.is_cuda and frames.shape == cpu.shape
+    assert (frames.cpu().float() - cpu.float()).abs().mean() < 3  # NVDEC's colour conversion differs slightly

@@ -89,6 +89,11 @@ class Handle(ABC):
     @abstractmethod
     def _get_frames(self, indices: list[int]) -> torch.Tensor: ...
 
+    def fallback(self) -> str | None:
+        """The library's own word on whether its GPU decoder handed this file to the CPU (None: it
+        has none to give)."""
+        return None
+
     @abstractmethod
     def close(self) -> None:
         """Release the file and the decoder now, not whenever garbage collection gets to them."""
@@ -226,6 +231,12 @@ class _TorchCodecHandle(Handle):
 
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
         return self.decoder.get_frames_at(indices).data
+
+    def fallback(self) -> str | None:
+        # torchcodec on cuda: CpuFallbackStatus (e.g. video_not_supported=True, is_fallback=True
+        # for AV1 on an H200); its str names the fields. Older torchcodec: none
+        status = getattr(self.decoder, "cpu_fallback", None)
+        return None if status is None else str(status)
 
     def close(self) -> None:
         self.decoder = None
@@ -463,7 +474,58 @@ class _IndexedPyAVHandle(_PyAVHandle):
         return torch.from_numpy(np.stack([decoded[i] for i in indices]))
 
 
-BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (TorchCodec, Decord, Decord2, PyAV, LeRobot)}
+# ---- PyNvVideoCodec -----------------------------------------------------------------------------
+
+class PyNvVideoCodec(Backend):
+    """NVIDIA's PyNvVideoCodec (2.x): its ``SimpleDecoder`` (random access through the container's
+    index) decoding on NVDEC to RGB in device memory. One way to drive it, so both modes are the
+    same. No CPU fallback: a codec the GPU's NVDEC lacks fails (see ``nvdec_codec_reason``)."""
+
+    name = "pynvvideocodec"
+    distribution = module = "PyNvVideoCodec"
+    devices = ("cuda",)
+    mode_options = {mode: {"output_color_type": "RGB"} for mode in MODES}
+
+    def _open(self, path: Path) -> Handle:
+        import PyNvVideoCodec as nvc
+
+        decoder = nvc.SimpleDecoder(str(path), gpu_id=torch.cuda.current_device(), use_device_memory=True,
+                                    output_color_type=nvc.OutputColorType.RGB)
+        return _NvcHandle(self.name, path, decoder)
+
+
+class _NvcHandle(Handle):
+    def __init__(self, backend: str, path: Path, decoder: Any):
+        super().__init__(backend, path)
+        self.decoder = decoder
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.decoder)
+
+    def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        unique = sorted(set(indices))  # ascending and once each: what a forward decode serves
+        frames = dict(zip(unique, self.decoder.get_batch_frames_by_index(unique), strict=True))
+        return torch.stack([torch.from_dlpack(frames[i]) for i in indices])
+
+    def close(self) -> None:
+        self.decoder = None
+
+
+def nvdec_codec_reason(codec: str) -> str | None:
+    """Why this machine's GPU cannot decode ``codec`` on NVDEC (None if it can, or there is no GPU
+    to ask). AV1: NVIDIA's Video Codec SDK lists no AV1 decoder before GA10x, on GA100 or on Hopper."""
+    if codec != "av1" or not torch.cuda.is_available():
+        return None
+    capability = torch.cuda.get_device_capability()
+    if capability < (8, 6) or capability == (9, 0):
+        name = torch.cuda.get_device_name()
+        return f"{name} (compute capability {capability[0]}.{capability[1]}) has no AV1 decoder on NVDEC"
+    return None
+
+
+BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (TorchCodec, Decord, Decord2, PyAV, LeRobot,
+                                                                 PyNvVideoCodec)}
 
 
 def backend(name: str, settings: Settings = Settings()) -> Backend:

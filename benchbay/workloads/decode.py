@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from benchbay.decode.backends import BACKENDS, DecodeError, Settings, backend
+from benchbay.decode.backends import BACKENDS, DecodeError, Settings, TorchCodec, backend, nvdec_codec_reason
 from benchbay.decode.clips import PRESETS, ClipSpec, VideoDataset, cached_dataset, source_frame
 from benchbay.decode.loader import DecodeDataset, Foreground, make_loader, next_batch
 from benchbay.decode.measure import CpuWindow, ViewTiming, fingerprint, latency_summary, mean_abs_diff, peak_rss
@@ -88,7 +88,18 @@ class Decode(StepWorkload):
     # ---- protocol -------------------------------------------------------------------------------
     def skip_reason(self) -> str | None:
         cls = BACKENDS[self.backend_name]
-        return cls.unavailable_reason(self.settings.device) or cls.seek_mode_reason(self.settings)
+        reason = cls.unavailable_reason(self.settings.device) or cls.seek_mode_reason(self.settings)
+        if reason is None and self.settings.device == "cuda" and not issubclass(cls, TorchCodec):
+            # torchcodec hands such a file to the CPU and says so (the record's cuda_fallback); the
+            # others would fail, or be measured under a GPU label for a CPU decode
+            reason = next(filter(None, map(nvdec_codec_reason, self._codecs())), None)
+        return reason
+
+    def _codecs(self) -> set[str]:
+        if self.params["root"]:
+            dataset = VideoDataset.open(self.params["root"])
+            return {dataset.codec(camera) for camera in dataset.cameras}
+        return {self.clip_spec().codec}
 
     def clip_spec(self) -> ClipSpec:
         p = self.params
@@ -120,13 +131,18 @@ class Decode(StepWorkload):
 
     def _probe(self) -> None:
         """Open every camera's first video once, so a codec the backend cannot read fails here with
-        the file and codec named, before any worker starts."""
+        the file and codec named, before any worker starts; on cuda, keep what the library says of
+        a CPU fallback per camera (``cuda_fallback``)."""
+        self.cuda_fallback: dict[str, str | None] = {}
         for camera in self.dataset.cameras:
             path = self.dataset.video_path(camera, 0)
             try:
-                self.decoder.open(path).close()
+                handle = self.decoder.open(path)
             except DecodeError as exc:
                 raise DecodeError(exc.backend, path, f"{self.dataset.codec(camera)} video: {exc.reason}") from exc
+            if self.settings.device == "cuda":
+                self.cuda_fallback[camera] = handle.fallback()
+            handle.close()
 
     def _foreground_alone(self) -> list[float]:
         if self.foreground is None:
@@ -188,6 +204,7 @@ class Decode(StepWorkload):
             # backend and mode flat, as the report's decoder table reads them
             "backend": self.backend_name, "mode": self.settings.mode, "pattern": self.knob_values["pattern"],
             "backend_settings": self.decoder.describe(), "codec": self.dataset.codec(camera),
+            "cuda_fallback": self.cuda_fallback or None,
             "resolution": "x".join(map(str, self.dataset.info["features"][camera]["shape"][:2])),
             "layout": self.dataset.layout, "cameras": len(self.dataset.cameras),
             "samples": len(self.samples), "measured_samples": len(measured),

@@ -220,7 +220,9 @@ class LeRobot(TorchCodec):
         return _LeRobotHandle(self.name, path, handle.decoder, self.options["tolerance_s"])
 
 
-class _TorchCodecHandle(Handle):
+class _DecoderHandle(Handle):
+    """A handle over a library decoder object whose ``len`` is its frame count."""
+
     def __init__(self, backend: str, path: Path, decoder: Any):
         super().__init__(backend, path)
         self.decoder = decoder
@@ -229,6 +231,11 @@ class _TorchCodecHandle(Handle):
     def num_frames(self) -> int:
         return len(self.decoder)
 
+    def close(self) -> None:
+        self.decoder = None
+
+
+class _TorchCodecHandle(_DecoderHandle):
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
         return self.decoder.get_frames_at(indices).data
 
@@ -237,9 +244,6 @@ class _TorchCodecHandle(Handle):
         # for AV1 on an H200); its str names the fields. Older torchcodec: none
         status = getattr(self.decoder, "cpu_fallback", None)
         return None if status is None else str(status)
-
-    def close(self) -> None:
-        self.decoder = None
 
 
 class _LeRobotHandle(_TorchCodecHandle):
@@ -494,22 +498,11 @@ class PyNvVideoCodec(Backend):
         return _NvcHandle(self.name, path, decoder)
 
 
-class _NvcHandle(Handle):
-    def __init__(self, backend: str, path: Path, decoder: Any):
-        super().__init__(backend, path)
-        self.decoder = decoder
-
-    @property
-    def num_frames(self) -> int:
-        return len(self.decoder)
-
+class _NvcHandle(_DecoderHandle):
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
         unique = sorted(set(indices))  # ascending and once each: what a forward decode serves
         frames = dict(zip(unique, self.decoder.get_batch_frames_by_index(unique), strict=True))
         return torch.stack([torch.from_dlpack(frames[i]) for i in indices])
-
-    def close(self) -> None:
-        self.decoder = None
 
 
 def nvdec_codec_reason(codec: str) -> str | None:

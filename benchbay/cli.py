@@ -296,11 +296,13 @@ def cmd_history(args) -> int:
 
     table = history(load_runs([args.suite], args.results), args.metric, statistic=args.statistic)
     columns = [c for c in ("point", "run_id", "git_commit", "started_at", "value", "change_point", "step",
-                           "regression") if c in table]
+                           "verdict") if c in table]
     with pd.option_context("display.width", 200, "display.max_colwidth", 50):
         print(table[columns].to_string(index=False))
     flagged = table[table["change_point"]] if len(table) else table
-    print(f"\n{len(flagged)} change point(s); {int(flagged['regression'].sum()) if len(flagged) else 0} regression(s)")
+    counts = flagged["verdict"].value_counts() if len(flagged) else {}
+    print(f"\n{len(flagged)} change point(s): " + ", ".join(
+        f"{counts.get(v, 0)} {v}" for v in ("regression", "improvement", "noisy", "not comparable")))
     return 0
 
 
@@ -388,7 +390,7 @@ def _results_commands(sub) -> None:
     p = sub.add_parser("history", help="a metric across past runs, with change points flagged")
     p.add_argument("suite", help="a suite name (its folder under the results root)")
     p.add_argument("--metric", default="step_time", help="step_time, samples_per_s_per_gpu, peak_mem, mfu...")
-    p.add_argument("--statistic", default="median", help="median, mean, min, max, p10 or p90")
+    p.add_argument("--statistic", default="mean", help="mean (the step the tables show), median, min, max, p10 or p90")
     _results_argument(p)
     p.set_defaults(func=cmd_history)
 

@@ -114,7 +114,7 @@ DISPLAY_NAMES = {
     "samples_per_s_per_gpu": "samples/s/GPU", "peak_mem_allocated_gib": "peak alloc (GiB)",
     "peak_mem_reserved_gib": "peak reserved (GiB)", "mfu": "MFU", "warmup_detected": "warm-up steps (detected)",
     "first_step_s": "first step (s)", "eager_step_time_s": "eager step (s)", "overhead_s": "overhead (s)",
-    "break_even_steps": "break-even (steps)", "step_change": "step time change [CI]",
+    "break_even_steps": "break-even (steps)", "step_change": "time/sample change [CI]",
     "throughput_change": "throughput change [CI]", "speedup": "speed-up", "first_failing": "first failing",
     "largest_ok": "largest ok", "eager_point": "eager point", "final_loss": "final loss",
     "max_abs_diff": "max abs diff from first", "max_rel_diff": "max rel diff", "within_tolerance": "within tolerance",
@@ -265,7 +265,9 @@ def _breakdown_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: P
     per = device_word(points)
     blocks: list[Block] = [Heading("Optimisation breakdown", 3),
                            Text("Each step against the previous ok step; 95% bootstrap intervals over repeats "
-                                "and steady-state steps; speed-up = throughput over the first step. A change whose "
+                                "and steady-state steps; step = mean steady step, time/sample = step / samples "
+                                "per step (the step's own change where the batch is the same), throughput change "
+                                "its reciprocal; speed-up = throughput over the first step. A change whose "
                                 "interval includes no change is not significant: it may be noise.")]
     figure = plots.waterfall(table, out_dir / f"{stem}-waterfall.png", per=per)
     if figure is not None:

@@ -149,8 +149,8 @@ def as_measured_today(record: dict[str, Any]) -> dict[str, Any]:
 
 def load_runs(paths: Iterable[str | Path], root: str | Path = "results") -> pd.DataFrame:
     """All records of the named runs as one flat DataFrame (see benchbay.analysis.frame), each
-    under today's knob table (``as_measured_today``, where records of one workload differ in their
-    knobs) and with its run's ``run_state`` (complete, interrupted, running): a report of an
+    under today's knob table (``as_measured_today``: a configuration's identity is its knobs completed
+    with today's defaults, the runner's rule) and with its run's ``run_state`` (complete, interrupted, running): a report of an
     interrupted run must say that its search or sweep is unfinished. A point a run measured
     twice on one machine (a resume that did not know it) is shown by its first record, the one
     the runner keeps."""
@@ -158,14 +158,10 @@ def load_runs(paths: Iterable[str | Path], root: str | Path = "results") -> pd.D
 
     stored = [{**r, "run_state": read_manifest(run).get("state")} for run in find_runs(paths, root)
               for r in read_records(run)]
-    knobs: dict[Any, set[str]] = {}
-    for r in stored:
-        knobs.setdefault(r.get("workload"), set()).update(r.get("knobs") or ())
     records, seen = [], set()
     for r in stored:
-        # only a record without a knob its workload's others have (importing a workload takes seconds)
-        if knobs[r.get("workload")] - set(r.get("knobs") or ()):
-            r = as_measured_today(r)
+        # every record: a knob that none of the records has (added since) still names the configuration
+        r = as_measured_today(r)
         key = (r.get("run_id"), r.get("point_id"), r.get("repeat"), (r.get("env") or {}).get("machine_key"))
         if key not in seen:
             seen.add(key)

@@ -112,11 +112,9 @@ def test_sweep_table_matches_the_records(train_records, train):
             assert row["status"] == reps[0]["status"] and row["reason"] == reps[0]["reason"]
             assert math.isnan(row["step_time_s"])
             continue
-        assert row["step_time_s"] == pytest.approx(np.median(pooled_steady(reps)))
-        if len(reps) == 1:
-            assert row["step_time_s"] == pytest.approx(reps[0]["metrics"]["step_time_s"])
-        rates = [r["metrics"]["samples_per_s_per_gpu"] for r in reps]
-        assert row["samples_per_s_per_gpu"] == pytest.approx(np.median(rates))
+        assert row["step_time_s"] == pytest.approx(np.mean(pooled_steady(reps)))  # stats.STEP_STATISTIC
+        # throughput over the shown step
+        assert row["samples_per_s_per_gpu"] == pytest.approx(reps[0]["metrics"]["samples_per_step"] / row["step_time_s"])
         assert row["peak_mem_reserved_gib"] == max(r["metrics"]["peak_mem_reserved_gib"] for r in reps)
         assert row["warmup_detected"] == reps[0]["metrics"]["warmup_steps"]
     assert set(train["status"]) == {"ok", "oom", "crash", "skipped", "timeout"}
@@ -157,7 +155,7 @@ def test_effective_throughput_takes_each_configuration_at_its_largest_ok_batch(t
     def rate(overrides_label: str, mbs: int) -> float:
         base = by_label(train_records, overrides_label)[0]["knobs"]
         found = [r for r in train_records if r["knobs"] == {**base, "mbs": mbs}]
-        return found[0]["metrics"]["samples_per_s_per_gpu"]
+        return found[0]["metrics"]["samples_per_step"] / np.mean(pooled_steady(found))  # over the shown step
 
     assert table["ratio"].iloc[1] == pytest.approx(rate("+selective", 13) / rate("baseline", 6))
 
@@ -230,15 +228,15 @@ def test_waterfall_deltas_match_the_records(train_records, train):
     assert list(table.index) == BREAKDOWN and (table["status"] == "ok").all()
     for previous, label in zip(BREAKDOWN, BREAKDOWN[1:], strict=False):
         before, after = by_label(train_records, previous), by_label(train_records, label)
-        ratio = np.median(pooled_steady(after)) / np.median(pooled_steady(before))
+        ratio = np.mean(pooled_steady(after)) / np.mean(pooled_steady(before))
         row = table.loc[label]
         assert row["step_change"] == pytest.approx(ratio - 1)
         assert row["step_change_low"] <= row["step_change"] <= row["step_change_high"] < 0  # a clear gain
         assert row["throughput_change"] == pytest.approx(1 / ratio - 1)  # the same samples per step
         assert row["throughput_change_low"] <= row["throughput_change"] <= row["throughput_change_high"]
     assert table.loc["+compile", "changes"] == "compile: off -> blocks"
-    first = np.median(pooled_steady(by_label(train_records, "baseline")))
-    last = np.median(pooled_steady(by_label(train_records, "+selective")))
+    first = np.mean(pooled_steady(by_label(train_records, "baseline")))
+    last = np.mean(pooled_steady(by_label(train_records, "+selective")))
     assert table.loc["+selective", "speedup"] == pytest.approx(first / last)
 
 
@@ -252,8 +250,8 @@ def test_leave_one_out_finds_labelled_and_one_knob_points(train_records, train):
     table = leave_one_out(train, "+selective", "mbs").set_index("without")
     assert set(table.index) == {"attention", "cuda_graph", "recompute=selective"}
     assert table.loc["recompute=selective", "point"] == "+cuda_graph"
-    best = np.median(pooled_steady(by_label(train_records, "+selective")))
-    slower = np.median(pooled_steady(by_label(train_records, "best-attention")))
+    best = np.mean(pooled_steady(by_label(train_records, "+selective")))
+    slower = np.mean(pooled_steady(by_label(train_records, "best-attention")))
     assert table.loc["attention", "step_change"] == pytest.approx(slower / best - 1)
     assert (table["step_change_low"] > 0).all()  # every optimisation was paying off
 
@@ -443,7 +441,7 @@ def test_a_noisy_effect_is_not_significant_and_never_drawn_as_a_gain(tmp_path):
                                             cpu_point("+recompute", "full", NOISY_RECOMPUTE)]))
     table = waterfall(noisy, ["eager", "+recompute"])
     row = table.set_index("label").loc["+recompute"]
-    assert row["speedup"] > 3 and row["verdict"] == "not significant"
+    assert row["speedup"] > 1.5 and row["verdict"] == "not significant"
     assert row["throughput_change_low"] < 0 < row["throughput_change_high"]
     assert row["speedup_low"] < 1 < row["speedup_high"]
     assert all("noisy: CV" in notes for notes in table["notes"])

@@ -6,10 +6,11 @@
   labelled ``best-<opt>``, and points that differ from the best in exactly one knob or param at the
   same batch size (``<knob>=<best value>`` names what was removed).
 
-Step-time changes are ratios of medians of the pooled steady-state steps, with a two-stage
-bootstrap interval (repeats, then steps: :func:`benchbay.analysis.stats.bootstrap_ratio`).
-Throughput changes follow from them: the per-GPU samples of one step are fixed by the
-configuration, so throughput ratio = samples-per-step ratio / step-time ratio, interval included.
+Step-time changes are ratios of the means of the pooled steady-state steps (``stats.STEP_STATISTIC``,
+the step the tables show), with a two-stage bootstrap interval (repeats, then steps:
+:func:`benchbay.analysis.stats.bootstrap_ratio`), divided by the ratio of samples per step: the
+change of the time per sample, which is the step's where the batch is the same. Throughput
+changes are its reciprocal, interval included, so a shorter time per sample is always faster.
 A change whose interval includes no change is ``not significant`` (its ``verdict``); the
 cumulative speed-up has an interval of its own. ``notes`` carries each point's noise and health
 notes. When a label names several points (a labelled point crossed with a grid), the first is used.
@@ -25,7 +26,7 @@ import pandas as pd
 
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import knob_columns, param_columns
-from benchbay.analysis.stats import bootstrap_ratio
+from benchbay.analysis.stats import STEP_STATISTIC, bootstrap_ratio
 from benchbay.record import Status
 
 BEST_PREFIX = "best-"
@@ -34,25 +35,26 @@ _CHANGE_COLUMNS = ("step_change", "step_change_low", "step_change_high",
 
 
 def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95,
-                  statistic: str = "median") -> dict[str, Any]:
-    """Relative change of step time (its ``statistic``) and throughput from ``base`` to ``cand``
-    (0.1 = +10 %), with bootstrap bounds (NaN where a side has no per-step samples), and the verdict
-    on throughput."""
+                  statistic: str = STEP_STATISTIC) -> dict[str, Any]:
+    """Relative change of the time per sample (``step_change``: the step time's ``statistic`` over
+    samples per step, the step's own change where the batch is the same) and of throughput from
+    ``base`` to ``cand`` (0.1 = +10 %), with bootstrap bounds (NaN where a side has no per-step
+    samples), and the verdict on throughput."""
     out = dict.fromkeys(_CHANGE_COLUMNS, np.nan)
     if base["steady_samples"] and cand["steady_samples"]:
         est = bootstrap_ratio(base["steady_samples"], cand["steady_samples"], statistic=statistic,
                               confidence=confidence)
         ratio, low, high = est.ratio, est.low, est.high
     else:
-        step = {"median": "step_time_s", "mean": "step_time_mean_s"}[statistic]
-        ratio = cand[step] / base[step]
+        ratio = cand["step_time_s"] / base["step_time_s"]
         low = high = np.nan
-    out.update(step_change=ratio - 1, step_change_low=low - 1, step_change_high=high - 1)
-    # samples each GPU processes per step, cand over base (exact: set by the configuration)
+    # samples each GPU processes per step, cand over base (exact: set by the configuration); a
+    # larger batch's longer step may still be faster, so the change is per sample
     per_step = cand["samples_per_step"] / base["samples_per_step"]
-    if np.isfinite(per_step):
-        out.update(throughput_change=per_step / ratio - 1,
-                   throughput_change_low=per_step / high - 1, throughput_change_high=per_step / low - 1)
+    per_step = per_step if np.isfinite(per_step) else 1.0
+    out.update(step_change=ratio / per_step - 1, step_change_low=low / per_step - 1,
+               step_change_high=high / per_step - 1, throughput_change=per_step / ratio - 1,
+               throughput_change_low=per_step / high - 1, throughput_change_high=per_step / low - 1)
     out["verdict"] = _verdict(out["throughput_change_low"], out["throughput_change_high"])
     return out
 

@@ -2,7 +2,8 @@
 
 Points are matched by suite, workload, params and knob values (the columns both frames share),
 never by run or label. For each matched point and metric the comparison gives the ratio
-candidate/baseline of a statistic over the pooled steady-state samples, a two-stage bootstrap
+candidate/baseline of a statistic over the pooled steady-state samples (by default the mean,
+``stats.STEP_STATISTIC``, the one the tables and plots show), a two-stage bootstrap
 confidence interval (repeats, then steps), a Mann-Whitney p-value, and a verdict:
 
 - ``faster`` / ``slower`` (``less memory`` / ``more memory`` for memory): the change is at least
@@ -42,7 +43,13 @@ import pandas as pd
 
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.analysis.quality import notes, warnings_of
-from benchbay.analysis.stats import bootstrap_ratio, coefficient_of_variation, mann_whitney_floor, mann_whitney_p
+from benchbay.analysis.stats import (
+    STEP_STATISTIC,
+    bootstrap_ratio,
+    coefficient_of_variation,
+    mann_whitney_floor,
+    mann_whitney_p,
+)
 from benchbay.markdown import markdown_table
 from benchbay.record import Status
 
@@ -272,7 +279,7 @@ def compare_metric(
     point: MatchedPoint,
     metric: Metric,
     *,
-    statistic: str = "median",
+    statistic: str = STEP_STATISTIC,
     min_change: float = 0.02,
     confidence: float = 0.95,
     alpha: float = 0.05,
@@ -346,7 +353,7 @@ def compare(
     candidate: pd.DataFrame,
     *,
     metrics: Sequence[str] = DEFAULT_METRICS,
-    statistic: str = "median",
+    statistic: str = STEP_STATISTIC,
     min_change: float = 0.02,
     confidence: float = 0.95,
     alpha: float = 0.05,

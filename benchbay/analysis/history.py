@@ -4,7 +4,9 @@ Feed it a frame of many runs (``load_runs`` over ``results/<suite>/*``): each po
 params, knobs, and machine key, so that different machines never share a series) becomes a
 series with one value per run, ordered by ``started_at`` then ``env.git_commit``. A change point
 is where :func:`benchbay.analysis.stats.change_points` finds the level of that series step by at
-least ``min_relative_step`` and clear of its run-to-run noise.
+least ``min_relative_step`` and clear of its run-to-run noise. A change point is a regression (or an
+improvement) only when :func:`benchbay.analysis.compare.compare_metric`, over the runs on either
+side of it, calls the change significant the same way; else it is ``noisy``.
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ import pandas as pd
 
 from benchbay.analysis.compare import (
     METRICS,
+    MatchedPoint,
+    Metric,
+    Verdict,
+    compare_metric,
     describe_points,
     first_label,
     metric_samples,
     point_groups,
     point_key_columns,
 )
-from benchbay.analysis.stats import STATISTICS, change_points
+from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, change_points
 from benchbay.record import Status
 
 
@@ -43,18 +49,28 @@ def _run_values(rows: pd.DataFrame, metric: str, statistic: str) -> pd.DataFrame
     return pd.DataFrame(out).sort_values(["started_at", "git_commit"], na_position="last", kind="stable")
 
 
+def _verdict(rows: pd.DataFrame, before: pd.Series, after: pd.Series, metric: Metric, statistic: str) -> str:
+    """``regression``, ``improvement``, ``noisy`` (or ``not comparable``): what compare says of the runs of the level
+    before a change point against those of the level it starts."""
+    point = MatchedPoint({}, rows[rows["run_id"].isin(before)], rows[rows["run_id"].isin(after)])
+    verdict = compare_metric(point, metric, statistic=statistic).verdict
+    named = {metric.worse: "regression", metric.better: "improvement", Verdict.NOT_COMPARABLE: "not comparable"}
+    return named.get(verdict, "noisy")
+
+
 def history(
     df: pd.DataFrame,
     metric: str = "step_time",
     *,
-    statistic: str = "median",
+    statistic: str = STEP_STATISTIC,
     min_relative_step: float = 0.05,
     z: float = 3.0,
     key_columns: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """One row per point and run: point, label, the key columns, run_id, git_commit, started_at,
     value, change_point (a new level starts at this run), step (relative change of the level
-    there) and regression (the step goes the bad way for this metric). Failed runs are left out.
+    there), verdict (at a change point: regression, improvement or noisy, see the module
+    docstring) and regression (the verdict is one). Failed runs are left out.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; known: {list(METRICS)}")
@@ -74,11 +90,14 @@ def history(
         bounds = [0, *cuts, values.size]
         means = [values[a:b].mean() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         step = np.full(values.size, np.nan)
+        verdicts = [""] * values.size
+        rows = ok.iloc[positions]
         for i, cut in enumerate(cuts):
             step[cut] = means[i + 1] / means[i] - 1.0
-        worse = -step if METRICS[metric].higher_is_better else step
+            verdicts[cut] = _verdict(rows, runs["run_id"].iloc[bounds[i]:cut], runs["run_id"].iloc[cut:bounds[i + 2]],
+                                     METRICS[metric], statistic)
         frames.append(runs.assign(point=name, label=label, **key, change_point=~np.isnan(step), step=step,
-                                  regression=worse > 0))
+                                  verdict=verdicts, regression=[v == "regression" for v in verdicts]))
     columns = ["point", "label", *key_columns, "run_id", "git_commit", "started_at", "value", "change_point",
-               "step", "regression"]
+               "step", "verdict", "regression"]
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)

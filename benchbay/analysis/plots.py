@@ -44,7 +44,8 @@ LATENCY_MEDIAN, LATENCY_P90 = "extra.view_latency_ms_median", "extra.view_latenc
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a constrained figure lays itself out
+        fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     return path
 
@@ -59,7 +60,7 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
     configs = configurations(summary, knob)
     if not any((points["status"] == Status.OK).any() for _, points in configs):
         return None
-    fig = Figure(figsize=(11, 4.2))
+    fig = Figure(figsize=(11, 4.6), layout="constrained")
     ax_rate, ax_mem = fig.subplots(1, 2)
     limit = summary["device_mem_total_gib"].max()
     # on CPU the host's resident memory is the memory figure there is
@@ -87,35 +88,42 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    ax_mem.legend(fontsize=8, loc="best")
+    # below both panels: beside the memory panel a long list covered its points or ran off the canvas
+    handles, labels = ax_mem.get_legend_handles_labels()
+    longest = max(len(label) for label in labels)
+    columns = max(1, min(len(labels), int(fig.get_figwidth() * DPI / (5.5 * longest + 60))))  # ~5.5 px a letter
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncol=columns)
     ax_rate.set_title("throughput (x / ^ = failed point)")
     ax_mem.set_title("peak memory" if on_device else "memory")
     return _save(fig, path)
 
 
 def step_time_distributions(summary: pd.DataFrame, path: Path) -> Path | None:
-    """Box plot of the steady-state step times of every ok point (repeats pooled), as deviation
-    from the point's median so that points of very different speed share one axis; one row per
-    point, and a symmetric-log axis so that a stall (a starved loader) does not flatten the rest."""
+    """Box plot of the steady-state step times of every ok point (repeats pooled), in absolute
+    milliseconds so that points compare, the mean (the step the tables show) marked; one row per
+    point, a log axis where the points span more than a decade (or a stall stretches one)."""
     points = summary[summary["steady_samples"].map(bool)]
     if points.empty:
         return None
     fig = Figure(figsize=(9, 1.5 + 0.3 * len(points)))
     ax = fig.subplots()
-    pooled = [np.concatenate(s) for s in points["steady_samples"]]
-    deviations = [100 * (p / np.median(p) - 1) for p in pooled]
+    pooled = [1e3 * np.concatenate(s) for s in points["steady_samples"]]
     y = np.arange(len(points), 0, -1)
     # matplotlib 3.10 renamed vert=False to orientation="horizontal" (the GPU machine may be older)
     horizontal = ({"orientation": "horizontal"} if "orientation" in inspect.signature(ax.boxplot).parameters
                   else {"vert": False})
-    ax.boxplot(deviations, positions=y, widths=0.6, **horizontal)
-    names = [f"{name} ({np.median(p) * 1e3:.4g} ms)" for name, p in zip(points["name"], pooled, strict=True)]
+    ax.boxplot(pooled, positions=y, widths=0.6, **horizontal)
+    means = [p.mean() for p in pooled]
+    ax.plot(means, y, "D", color="tab:red", markersize=4, label="mean (the table's step)")
+    names = [f"{name} ({mean:.4g} ms)" for name, mean in zip(points["name"], means, strict=True)]
     ax.set_yticks(y, names, fontsize=8)
-    ax.set_xscale("symlog", linthresh=10)
-    ax.set_xlabel("step time, % from the point's median")
+    low, high = min(p.min() for p in pooled), max(p.max() for p in pooled)
+    if low > 0 and high / low > 10:
+        ax.set_xscale("log")
+    ax.set_xlabel("step time (ms)")
     ax.set_title("steady-state step times (repeats pooled)")
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.02), frameon=False)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
     return _save(fig, path)
 
 
@@ -219,7 +227,7 @@ def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
     previous = np.concatenate([[0.0], times[:-1]])
     verdicts = list(ok["verdict"])[1:]
     colors = ["tab:blue"] + [VERDICT_COLORS.get(v, NOT_SIGNIFICANT_COLOR) for v in verdicts]
-    if times.max() / times.min() > 20:  # an official-style baseline dwarfs the rest
+    if times.max() / times.min() > 3:  # a slow baseline would leave the later levers slivers
         ax_time.set_yscale("log")
         previous[0] = times.min() / 2  # a log axis has no zero
     ax_time.bar(x, times - previous, bottom=previous, color=colors)
@@ -229,16 +237,17 @@ def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
     has_ci = np.isfinite(low) & np.isfinite(high)
     ax_time.errorbar(x[has_ci], times[has_ci], yerr=[times[has_ci] - low[has_ci], high[has_ci] - times[has_ci]],
                      fmt="none", ecolor="black", capsize=4)
-    changes = ok["throughput_change"].to_numpy(float)[1:]
-    for xi, t, change, verdict in zip(x[1:], times[1:], changes, verdicts, strict=True):
+    # each label is its bar: the time per sample over the previous bar's
+    for xi, t, before, verdict in zip(x[1:], times[1:], times[:-1], verdicts, strict=True):
         mark = "" if verdict in VERDICT_COLORS else "\nn.s."
-        ax_time.annotate(f"{1 / (1 + change) - 1:+.1%}{mark}", (xi, t), textcoords="offset points", xytext=(0, 6),
+        ax_time.annotate(f"{t / before - 1:+.1%}{mark}", (xi, t), textcoords="offset points", xytext=(0, 6),
                          ha="center", fontsize=8)
     real = (ok["speedup_low"].to_numpy(float) > 1) | (ok["speedup_high"].to_numpy(float) < 1)
     ax_rate.bar(x, rates, color=["tab:blue"] + ["tab:blue" if r else NOT_SIGNIFICANT_COLOR for r in real[1:]])
     for xi, rate, speedup, r in zip(x, rates, ok["speedup"], real, strict=True):
         ax_rate.annotate(f"{speedup:.2f}x" + ("" if r or xi == 0 else " n.s."), (xi, rate), textcoords="offset points",
                          xytext=(0, 4), ha="center", fontsize=8)
+    ax_rate.set_ylim(top=rates.max() * 1.15)  # room for the labels above the tallest bar
     for ax, ylabel in ((ax_time, f"ms per sample per {per}"), (ax_rate, f"samples/s/{per}")):
         ax.set_xticks(x, list(ok["label"]), rotation=20, ha="right")
         ax.set_ylabel(ylabel)

@@ -47,6 +47,11 @@ STATISTICS: dict[str, Callable[..., np.ndarray]] = {
 _NAN_STATISTICS: dict[str, Callable[..., np.ndarray]] = {
     name: functools.partial(nan, axis=-1) for name, (_, nan) in _REDUCTIONS.items()}
 
+#: the one statistic of a step everywhere (tables, plots, breakdown, compare, history): the mean over
+#: the steady window, the step throughput is computed over (benchbay.runner: the median hides the
+#: waits of loader workers delivering batches together), so samples/s = samples per step / step
+STEP_STATISTIC = "mean"
+
 # bootstrap draws are processed in chunks so that one chunk holds at most this many samples
 _CHUNK_ELEMENTS = 2_000_000
 
@@ -175,7 +180,11 @@ def mann_whitney_p(baseline: Sequence[float], candidate: Sequence[float]) -> flo
 def mann_whitney_floor(n: int, m: int) -> float:
     """The smallest two-sided p-value Mann-Whitney can give for sample sizes ``n`` and ``m``
     (complete separation): with 3 vs 3 samples it is 0.1, so such a test can never reject at 0.05."""
-    return min(1.0, 2.0 / math.comb(n + m, n)) if n and m else 1.0
+    if not (n and m):
+        return 1.0
+    # in log space: pytest-benchmark's thousands of rounds make comb() too large for a float
+    log_comb = math.lgamma(n + m + 1) - math.lgamma(n + 1) - math.lgamma(m + 1)
+    return min(1.0, math.exp(math.log(2.0) - log_comb))
 
 
 def _robust_noise(values: np.ndarray) -> float:

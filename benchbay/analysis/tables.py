@@ -2,9 +2,10 @@
 
 A *point* is one configuration of a suite (one ``point_id``); its rows are its repeats. The
 summary keeps one row per point: the knobs and params, the combined status of the repeats, the
-step time as the median of the pooled steady-state steps of the ok repeats (the definition
-``benchbay.analysis.compare`` and the gate use) and their coefficient of variation, medians of the
-rates, maxima of the memory peaks, the health warnings of its repeats with ``notes`` for a reader
+step time as the mean of the pooled steady-state steps of the ok repeats (``stats.STEP_STATISTIC``,
+the statistic ``benchbay.analysis.compare``, the breakdown, history and plots use) and their
+coefficient of variation, throughput and MFU over that step (samples/s/GPU = samples per step /
+step), medians of the other rates, maxima of the memory peaks, the health warnings of its repeats with ``notes`` for a reader
 (see ``benchbay.analysis.quality``), and the first ok repeat's series and extras for plots.
 """
 
@@ -22,7 +23,7 @@ from benchbay.analysis.frame import is_missing, knob_columns, param_columns, row
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
 from benchbay.analysis.mfu import mfu_column
 from benchbay.analysis.quality import notes, warnings_of
-from benchbay.analysis.stats import coefficient_of_variation
+from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
 from benchbay.collect.fidelity import verdict
 from benchbay.record import Status
@@ -69,15 +70,17 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     out["reason"] = _first_valid(rows.loc[rows["status"] != Status.OK, "reason"]) if "reason" in rows else None
     samples = [s for s in (steady_step_times(r) for _, r in ok.iterrows()) if s.size]
     out["steady_samples"] = samples
-    if samples:
-        pooled = np.concatenate(samples)
-        out["step_time_s"], out["step_time_cv"] = float(np.median(pooled)), coefficient_of_variation(pooled)
-        out["step_time_mean_s"] = float(np.mean(pooled))
-    else:
-        for m in ("step_time_s", "step_time_cv", "step_time_mean_s"):
-            out[m] = ok[m].median() if m in ok else np.nan
     for m in MEDIAN_METRICS:
         out[m] = ok[m].median() if m in ok else np.nan
+    if samples:
+        pooled = np.concatenate(samples)
+        out["step_time_s"] = float(STATISTICS[STEP_STATISTIC](pooled))
+        out["step_time_cv"] = coefficient_of_variation(pooled)
+        _rates_over_step(out, ok)
+    else:
+        for m in ("step_time_s", "step_time_cv"):
+            out[m] = ok[m].median() if m in ok else np.nan
+    out["step_time_mean_s"] = out["step_time_s"]  # the name the loader tables read
     for m in MAX_METRICS:
         out[m] = figures[m].max() if m in figures else np.nan
     warmups = [detect_warmup(r["step_times_s"]) for _, r in ok.iterrows()
@@ -89,6 +92,21 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     out["notes"] = notes(out["step_time_cv"], out["health_warnings"])
     out["fidelity"] = fidelity_label(out["update_applied_share"], out["update_applied_share_se"])
     return out
+
+
+def _rates_over_step(out: dict[str, Any], ok: pd.DataFrame) -> None:
+    """Throughput and MFU over the point's shown step, so that samples/s/GPU = samples per step /
+    step (s) in every table and plot; a loader's rate is what it delivered and stays as recorded."""
+    if "extra.loader_samples_per_s" in ok and ok["extra.loader_samples_per_s"].notna().any():
+        return
+    if is_missing(out["samples_per_step"]) or not out["step_time_s"] > 0:
+        return
+    recorded = out["samples_per_s_per_gpu"]
+    out["samples_per_s_per_gpu"] = out["samples_per_step"] / out["step_time_s"]
+    world = out.get("world_size")
+    out["samples_per_s"] = out["samples_per_s_per_gpu"] * (1 if is_missing(world) else world)
+    if not is_missing(out["mfu"]) and not is_missing(recorded) and recorded > 0:
+        out["mfu"] *= out["samples_per_s_per_gpu"] / recorded
 
 
 def fidelity_label(share: float, se: float) -> str:

@@ -1,0 +1,173 @@
+"""One figure, one meaning: a rendered report's tables, plots and history agree with each other and
+with the records (issue 34). Every printed samples/s/GPU is samples per step (mbs here) over the
+printed step, every waterfall label is its bar, every history regression is one that compare calls
+significant, and every figure is drawn with its legends inside its canvas."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from benchbay.analysis import plots
+from benchbay.analysis.breakdown import waterfall
+from benchbay.analysis.compare import METRICS, MatchedPoint, compare, compare_metric
+from benchbay.analysis.frame import records_to_frame
+from benchbay.analysis.history import history
+from benchbay.analysis.tables import point_summary
+from benchbay.report import build_report
+from tests.fixtures.make_records import ENV_H200, WARMUP, record, timing_metrics
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BREAKDOWN = ["baseline", "+attention", "+compile", "+cuda_graph", "+selective"]
+META = {"name": "fixture-train", "breakdown": BREAKDOWN, "sweep": {"search": {"knob": "mbs", "min": 1, "max": 256}}}
+
+
+def fixture_records(*names: str) -> list[dict]:
+    return [json.loads(line) for name in names for line in (FIXTURES / name).read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> tuple[Path, dict[str, object]]:
+    """The fixture report (a training suite and a decoder suite), with every figure it drew."""
+    figures: dict[str, object] = {}
+    save = plots._save
+
+    def keep(fig, path):
+        figures[Path(path).name] = fig
+        return save(fig, path)
+
+    out = tmp_path_factory.mktemp("report")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(plots, "_save", keep)
+    try:
+        df = records_to_frame(fixture_records("train_records.jsonl", "decode_records.jsonl"))
+        build_report(df, out, suite_meta={"fixture-train": META})
+    finally:
+        mp.undo()
+    return out / "report.md", figures
+
+
+def markdown_tables(text: str) -> list[pd.DataFrame]:
+    tables, lines = [], text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and set(lines[i + 1].replace("|", "").strip()) <= set("-: "):
+            header = [c.strip() for c in lines[i].strip("|").split("|")]
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append([c.strip() for c in lines[i].strip("|").split("|")])
+                i += 1
+            tables.append(pd.DataFrame(rows, columns=header))
+        else:
+            i += 1
+    return tables
+
+
+def test_every_printed_throughput_is_the_batch_over_the_printed_step(rendered):
+    report, _ = rendered
+    summary = point_summary(records_to_frame(fixture_records("train_records.jsonl")))
+    batch = dict(zip(summary["name"], summary["samples_per_step"], strict=True))
+    ok = summary[summary["status"] == "ok"]
+    assert (ok["samples_per_step"] == ok["mbs"].astype(float)).all()  # no gradient accumulation in the fixture
+    assert (summary["world_size"] == 1).all()  # so samples/s = mbs x world / step = samples/s/GPU
+    checked = 0
+    for table in markdown_tables(report.read_text()):
+        if not {"step (s)", "samples/s/GPU"} <= set(table.columns):
+            continue
+        for _, row in table.iterrows():
+            if not row["step (s)"] or not row["samples/s/GPU"]:
+                continue
+            if "mbs" in table:
+                mbs = float(row["mbs"])
+            elif "largest ok" in table:
+                mbs = float(row["largest ok"])
+            else:
+                mbs = batch[row.get("name") or row.get("label") or row["point"]]
+            # both printed to 4 significant figures
+            assert float(row["samples/s/GPU"]) == pytest.approx(mbs / float(row["step (s)"]), rel=1e-3), row.to_dict()
+            checked += 1
+    assert checked >= 20  # the sweep, the effective throughput and the breakdown tables
+
+
+def _percent(label: str) -> float:
+    return float(label.split("%")[0]) / 100
+
+
+def test_every_waterfall_label_is_its_bar_and_its_table_row(rendered):
+    _, figures = rendered
+    fig = figures["fixture-train-waterfall.png"]
+    ax_time, ax_rate = fig.axes[:2]
+    tops = np.array([bar.get_y() + bar.get_height() for bar in ax_time.patches])
+    labels = [text.get_text() for text in ax_time.texts]
+    assert len(labels) == len(tops) - 1 == len(BREAKDOWN) - 1
+    table = waterfall(point_summary(records_to_frame(fixture_records("train_records.jsonl"))), BREAKDOWN)
+    for i, label in enumerate(labels, start=1):
+        assert _percent(label) == pytest.approx(tops[i] / tops[i - 1] - 1, abs=6e-4)
+        assert _percent(label) == pytest.approx(table["step_change"].iloc[i], abs=6e-4)  # the table says the same
+    rates = np.array([bar.get_height() for bar in ax_rate.patches])
+    for i, text in enumerate(ax_rate.texts):
+        speedup = float(text.get_text().split("x")[0])
+        assert speedup == pytest.approx(rates[i] / rates[0], abs=6e-3)
+        assert speedup == pytest.approx(table["speedup"].iloc[i], abs=6e-3)
+
+
+def test_every_figure_is_drawn_with_its_legends_inside_the_canvas(rendered):
+    _, figures = rendered
+    assert {"fixture-train-waterfall.png", "fixture-train-batch_scaling.png", "fixture-train-step_times.png"} \
+        <= set(figures)
+    for name, fig in figures.items():
+        agg = FigureCanvasAgg(fig)  # a Figure without pyplot has no renderer of its own
+        agg.draw()
+        renderer = agg.get_renderer()
+        canvas = fig.bbox
+        axes = [ax for ax in fig.axes if ax.get_visible()]
+        assert axes and all(ax.lines or ax.patches or ax.collections for ax in axes), name
+        legends = [*fig.legends, *(ax.get_legend() for ax in axes if ax.get_legend())]
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            assert box.x0 >= canvas.x0 - 1 and box.x1 <= canvas.x1 + 1, name
+            assert box.y0 >= canvas.y0 - 1 and box.y1 <= canvas.y1 + 1, name
+
+
+def run_records(run: int, steps: list[float]) -> dict:
+    """One run of one point: three warm-up steps, then ``steps``."""
+    series = [3.0, 2.0, 1.5, *steps]
+    metrics = {**timing_metrics(series, 2), "measured_steps": len(steps)}
+    out = record("hist", "dreamzero", {"preset": "tiny"}, {"mbs": 2}, 0, "ok", ENV_H200, metrics=metrics,
+                 series={"step_times_s": series})
+    assert metrics["warmup_steps"] == WARMUP
+    return {**out, "run_id": f"2026120{run}-000000-hist", "started_at": f"2026-12-0{run}T00:00:00+00:00"}
+
+
+def test_a_history_regression_is_significant_in_compare_and_a_noisy_step_is_not_one():
+    rng = np.random.default_rng(0)
+    quiet = [run_records(r, list(level * (1 + 0.005 * rng.standard_normal(12))))
+             for r, level in enumerate([1.0, 1.0, 1.0, 1.2, 1.2, 1.2], start=1)]
+    # the run means step by 30% too, but within each run the steps spread from 0.2 to 2.1 s
+    noisy = [run_records(r, [level - 0.8, level, level + 0.8])
+             for r, level in enumerate([1.0, 1.0, 1.0, 1.3, 1.3, 1.3], start=1)]
+    for runs, expected in ((quiet, "regression"), (noisy, "noisy")):
+        df = records_to_frame(runs)
+        table = history(df)
+        flagged = table[table["change_point"]]
+        assert list(flagged["verdict"]) == [expected]
+        for _, row in table[table["regression"]].iterrows():
+            cut = list(table["run_id"]).index(row["run_id"])
+            point = MatchedPoint({}, df[df["run_id"].isin(table["run_id"][:cut])],
+                                 df[df["run_id"].isin(table["run_id"][cut:])])
+            assert compare_metric(point, METRICS["step_time"]).verdict == "slower"
+
+
+def test_compare_takes_thousands_of_rounds_a_side():
+    # pytest-benchmark keeps every round: the rank test's floor must not overflow a float
+    rng = np.random.default_rng(1)
+    sides = [records_to_frame([run_records(r, list(0.01 * (1 + 0.01 * rng.standard_normal(3000))))]) for r in (1, 2)]
+    table = compare(*sides, metrics=("step_time",), n_boot=200)
+    assert table["verdict"].iloc[0] in ("no change", "not significant")
+    assert re.fullmatch(r"[0-9.e-]+", str(table["p_value"].iloc[0]))

@@ -114,7 +114,7 @@ PRESETS: dict[str, ClipSpec] = {
     "lerobot": ClipSpec(cameras=("observation.images.exterior_image_1_left", "observation.images.exterior_image_2_left",
                                  "observation.images.wrist_image_left"),
                         codec="av1", height=180, width=320, fps=15, crf=30, gop=2, episode_frames=240,
-                        layout="v3.0"),
+                        episodes=4, layout="v3.0"),
 }
 
 

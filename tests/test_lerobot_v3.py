@@ -179,11 +179,12 @@ def test_workload_lerobot_mode_records_cache_hits_and_frames_per_core(pair):
 
 # ---- GPU decoders ---------------------------------------------------------------------------------
 
-def test_pynvvideocodec_skips_with_its_reason_without_a_gpu():
-    reason = Decode({}, {"backend": "pynvvideocodec", "device": "cuda"}, torch.device("cpu")).skip_reason()
+@pytest.mark.parametrize("name", ["pynvvideocodec", "dali"])
+def test_gpu_decoders_skip_with_their_reason_without_a_gpu(name):
+    reason = Decode({}, {"backend": name, "device": "cuda"}, torch.device("cpu")).skip_reason()
     if not torch.cuda.is_available():
         assert "not installed" in reason or "no CUDA device" in reason
-    cpu = Decode({}, {"backend": "pynvvideocodec"}, torch.device("cpu")).skip_reason()
+    cpu = Decode({}, {"backend": name}, torch.device("cpu")).skip_reason()
     assert "not installed" in cpu or "cuda only" in cpu
 
 
@@ -206,7 +207,7 @@ def test_nvdec_av1_by_gpu_generation(monkeypatch, capability, lacks):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", ["torchcodec", "pynvvideocodec", "lerobot"])
+@pytest.mark.parametrize("name", ["torchcodec", "pynvvideocodec", "dali", "lerobot"])
 def test_gpu_backends_match_the_cpu_on_v3(pair, name):
     if (reason := BACKENDS[name].unavailable_reason("cuda")) is not None:
         pytest.skip(reason)

@@ -139,7 +139,8 @@ class Backend(ABC):
         spec = importlib.util.find_spec(cls.module)
         if spec is None or spec.origin is None:
             return f"backend {cls.name} not installed (no module {cls.module!r})"
-        if Path(spec.origin).resolve() != Path(dist.locate_file(f"{cls.module}/__init__.py")).resolve():
+        package_init = dist.locate_file(f"{cls.module.replace('.', '/')}/__init__.py")
+        if Path(spec.origin).resolve() != Path(package_init).resolve():
             return (f"backend {cls.name}: the module {cls.module!r} imported here ({spec.origin}) is not "
                     f"{cls.distribution}'s (another distribution installs the same module)")
         if device not in cls.devices:
@@ -505,6 +506,75 @@ class _NvcHandle(_DecoderHandle):
         return torch.stack([torch.from_dlpack(frames[i]) for i in indices])
 
 
+# ---- DALI -----------------------------------------------------------------------------------------
+
+class Dali(Backend):
+    """NVIDIA DALI's ``fn.decoders.video`` on its mixed backend (FFmpeg demuxes on the CPU, NVDEC
+    decodes): one pipeline per process, fed each request's file bytes and the frame indices it
+    wants (its ``frames`` argument). DALI reads a file per request, so open only reads the frame
+    count from the container header (PyAV). Written against DALI 2.4's documentation; run it on a
+    GPU host before trusting its figures."""
+
+    name = "dali"
+    distribution = "nvidia-dali-cuda130"
+    module = "nvidia.dali"
+    devices = ("cuda",)
+    mode_options = {mode: {"dali_device": "mixed"} for mode in MODES}
+
+    def __init__(self, settings: Settings = Settings()):
+        super().__init__(settings)
+        self._pipeline: Any = None  # built at the first open, in the process that decodes
+
+    def _open(self, path: Path) -> Handle:
+        import av
+
+        if self._pipeline is None:
+            self._pipeline = _dali_pipeline(torch.cuda.current_device())
+        with av.open(str(path)) as container:
+            frames = container.streams.video[0].frames
+        return _DaliHandle(self.name, path, self._pipeline, frames)
+
+
+def _dali_pipeline(device_id: int) -> Any:
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=device_id)
+    def decode() -> Any:
+        encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
+        frames = fn.external_source(name="frames", dtype=types.INT32, ndim=1)
+        return fn.decoders.video(encoded, device="mixed", frames=frames)
+
+    pipeline = decode()
+    pipeline.build()
+    return pipeline
+
+
+class _DaliHandle(Handle):
+    def __init__(self, backend: str, path: Path, pipeline: Any, frames: int):
+        super().__init__(backend, path)
+        self.pipeline, self.frames = pipeline, frames
+
+    @property
+    def num_frames(self) -> int:
+        return self.frames
+
+    def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        from nvidia.dali.plugin.pytorch import feed_ndarray
+
+        unique = sorted(set(indices))
+        self.pipeline.feed_input("encoded", [np.fromfile(self.path, dtype=np.uint8)])
+        self.pipeline.feed_input("frames", [np.asarray(unique, dtype=np.int32)])
+        (video,) = self.pipeline.run()
+        decoded = video.as_tensor()  # (1, F, H, W, 3) on the GPU
+        out = torch.empty(decoded.shape(), dtype=torch.uint8, device="cuda")
+        feed_ndarray(decoded, out, cuda_stream=torch.cuda.current_stream())
+        position = {index: i for i, index in enumerate(unique)}
+        return out[0][[position[i] for i in indices]]
+
+    def close(self) -> None:
+        self.pipeline = None  # the backend's, shared by its handles
+
+
 def nvdec_codec_reason(codec: str) -> str | None:
     """Why this machine's GPU cannot decode ``codec`` on NVDEC (None if it can, or there is no GPU
     to ask). AV1: NVIDIA's Video Codec SDK lists no AV1 decoder before GA10x, on GA100 or on Hopper."""
@@ -518,7 +588,7 @@ def nvdec_codec_reason(codec: str) -> str | None:
 
 
 BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (TorchCodec, Decord, Decord2, PyAV, LeRobot,
-                                                                 PyNvVideoCodec)}
+                                                                 PyNvVideoCodec, Dali)}
 
 
 def backend(name: str, settings: Settings = Settings()) -> Backend:

@@ -27,7 +27,15 @@ import torch
 from benchbay.decode.backends import BACKENDS, DecodeError, Settings, TorchCodec, backend, nvdec_codec_reason
 from benchbay.decode.clips import PRESETS, ClipSpec, VideoDataset, cached_dataset, source_frame
 from benchbay.decode.loader import DecodeDataset, Foreground, make_loader, next_batch
-from benchbay.decode.measure import CpuWindow, ViewTiming, fingerprint, latency_summary, mean_abs_diff, peak_rss
+from benchbay.decode.measure import (
+    CpuWindow,
+    ViewTiming,
+    fingerprint,
+    latency_summary,
+    mean_abs_diff,
+    peak_rss,
+    sample_wall_s,
+)
 from benchbay.decode.patterns import PATTERNS
 from benchbay.workloads.base import Choice, StepWorkload
 
@@ -113,6 +121,7 @@ class Decode(StepWorkload):
         self.dataset = VideoDataset.open(self.params["root"] or cached_dataset(self.clip_spec(), self.seed))
         self.pattern = PATTERNS[k["pattern"]](self.dataset, self.seed)
         self.decoder = backend(self.backend_name, self.settings)
+        self._parallel_views = bool(self.decoder.options.get("view_threads"))
         self._probe()
         self.foreground = Foreground(self.device) if k["interference"] == "on" else None
         data = DecodeDataset(self.pattern, self.backend_name, self.settings)
@@ -172,7 +181,7 @@ class Decode(StepWorkload):
         self.last_step_end = time.perf_counter()
         self.data_wait.append(self.last_step_end - start)
         if not self.loader.num_workers:
-            decoding = sum(view.total_s for sample in batch["timings"] for view in sample)
+            decoding = sum(sample_wall_s(sample, self._parallel_views) for sample in batch["timings"])
             self.pipeline_wait.append(self.data_wait[-1] - decoding)
         if self.first_frames is None:
             self.first_frames = [views[0] for views in batch["frames"]]
@@ -198,7 +207,7 @@ class Decode(StepWorkload):
         rated = bool(measured) and len(measured) >= backlog
         frames = sum(view.frames for sample in measured for view in sample)
         cpu = self.cpu.summary()
-        decoding = latency_summary(measured)
+        decoding = latency_summary(measured, self._parallel_views)
         camera = self.dataset.cameras[0]
         out: dict[str, Any] = {
             # backend and mode flat, as the report's decoder table reads them

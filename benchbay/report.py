@@ -33,6 +33,8 @@ from benchbay.analysis.quality import MACHINE_WARNINGS, NOISY_CV, POINT_WARNINGS
 from benchbay.analysis.scaling import plot_scaling, scaling_table
 from benchbay.analysis.steady import amortisation_table
 from benchbay.analysis.tables import (
+    DECODE_SWEEP_COLUMNS,
+    SWEEP_COLUMNS,
     device_word,
     effective_throughput,
     equivalent_groups,
@@ -96,7 +98,7 @@ Block = Heading | Text | Table | Image
 
 # --- number formatting ---------------------------------------------------------------------------
 def _formatter(column: str) -> Callable[[Any], str]:
-    if column == "mfu":
+    if column in ("mfu", "mfu_datasheet"):
         return "{:.1%}".format
     if column == "step_time_cv":
         return "{:.2f}".format
@@ -112,7 +114,8 @@ def _formatter(column: str) -> Callable[[Any], str]:
 DISPLAY_NAMES = {
     "step_time_s": "step (s)", "step_time_p10_s": "p10 (s)", "step_time_p90_s": "p90 (s)",
     "samples_per_s_per_gpu": "samples/s/GPU", "peak_mem_allocated_gib": "peak alloc (GiB)",
-    "peak_mem_reserved_gib": "peak reserved (GiB)", "mfu": "MFU", "warmup_detected": "warm-up steps (detected)",
+    "peak_mem_reserved_gib": "peak reserved (GiB)", "mfu": "MFU (trained, measured peak)",
+    "mfu_datasheet": "MFU (trained, datasheet peak)", "warmup_detected": "warm-up steps (detected)",
     "first_step_s": "first step (s)", "eager_step_time_s": "eager step (s)", "overhead_s": "overhead (s)",
     "break_even_steps": "break-even (steps)", "step_change": "time/sample change [CI]",
     "throughput_change": "throughput change [CI]", "speedup": "speed-up", "first_failing": "first failing",
@@ -214,14 +217,18 @@ def _sweep_blocks(points: pd.DataFrame, peak_flops: float | None) -> list[Block]
     # a suite whose points name different workloads gets one table each: their knobs differ
     for workload, group in points.groupby("workload", sort=False):
         caption = f"workload {workload}" if points["workload"].nunique() > 1 else ""
-        blocks.append(Table(display(sweep_table(group), per=device_word(group)), caption))
+        # a decoder's figures are its latency and CPU (the Decoders section), not a training step's
+        columns = DECODE_SWEEP_COLUMNS if len(plots.decoder_points(group)) else SWEEP_COLUMNS
+        blocks.append(Table(display(sweep_table(group, columns), per=device_word(group)), caption))
     if points["notes"].str.contains("noisy", regex=False).any():
         blocks.append(Text(f"noisy: the steady steps vary by more than {NOISY_CV:.0%} (CV, standard deviation over "
                            "mean); a difference between such points needs its interval to mean anything."))
     sources = peak_sources(points.get("env.gpu", []), peak_flops)
     if points["mfu"].notna().any() and sources:
-        blocks.append(Text("MFU = flops_per_sample x samples/s/GPU / peak; peak: "
-                           + "; ".join(f"{d}: {s}" for d, s in sources.items()) + "."))
+        blocks.append(Text("MFU = FLOPs of the trained parts a sample (forward + backward: DreamZero's transformer "
+                           "only, its frozen encoders not counted; Wall-X's whole model) x samples/s/GPU / peak; "
+                           "measured peak: " + "; ".join(f"{d}: {s}" for d, s in sources.items())
+                           + "; the datasheet column divides by the vendor's dense bf16 figure instead."))
     return blocks
 
 
@@ -245,7 +252,8 @@ def _batch_blocks(points: pd.DataFrame, search: Mapping, stem: str, out_dir: Pat
 
 def _step_time_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
     blocks: list[Block] = []
-    figure = plots.step_time_distributions(points, out_dir / f"{stem}-step_times.png")
+    decoders = plots.decoder_points(points)
+    figure = plots.step_time_distributions(points.drop(index=decoders.index), out_dir / f"{stem}-step_times.png")
     if figure is not None:
         blocks += [Heading("Step times", 3), Image(figure, "steady-state step times per point")]
     amortisation = amortisation_table(points)

@@ -189,6 +189,8 @@ def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
     if not points["cpu_util"].map(lambda v: len(v) >= MIN_CPU_SAMPLES).any():
         return None
     names = points["name"].astype(str)
+    backends = points["backend"].astype(str) if "backend" in points else names
+    palette = backend_colors(backends)  # the colours of the latency plot
     panels = names.str.split(" ", n=1).str[0]
     groups = list(dict.fromkeys(panels))
     cols = min(3, len(groups))
@@ -196,9 +198,11 @@ def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
     fig = Figure(figsize=(4.5 * cols, 3 * rows))
     axes = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
     for ax, group in zip(axes, groups, strict=False):
-        for (_, point), name in zip(points[panels == group].iterrows(), names[panels == group], strict=True):
+        for (_, point), name, backend in zip(points[panels == group].iterrows(), names[panels == group],
+                                             backends[panels == group], strict=True):
             # markers: a short point's few samples stay visible beside the longer lines
-            ax.plot(point["cpu_util_t"], point["cpu_util"], "o-", markersize=3, label=name.partition(" ")[2] or name)
+            ax.plot(point["cpu_util_t"], point["cpu_util"], "o-", markersize=3, color=palette[backend],
+                    label=name.partition(" ")[2] or name)
         ax.set_title(group, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
@@ -231,6 +235,8 @@ def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
         ax_time.set_yscale("log")
         previous[0] = times.min() / 2  # a log axis has no zero
     ax_time.bar(x, times - previous, bottom=previous, color=colors)
+    # room for the labels and the legend above the tallest bar (autoscale cuts a log axis's first bar)
+    ax_time.set_ylim(previous[0] or 0, times.max() * (1.6 if previous[0] else 1.15))
     # time per sample changes as 1 / (1 + throughput change)
     low = previous / (1 + ok["throughput_change_high"].to_numpy(float))
     high = previous / (1 + ok["throughput_change_low"].to_numpy(float))

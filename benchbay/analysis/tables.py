@@ -21,7 +21,7 @@ from benchbay.analysis.batch_search import infeasibility
 from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
-from benchbay.analysis.mfu import mfu_column
+from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
@@ -30,7 +30,7 @@ from benchbay.record import Status
 
 #: figures summarised by their median over the ok repeats
 MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "first_step_s", "samples_per_step",
-                  "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu", "cpu_util_mean",
+                  "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu", "mfu_datasheet", "cpu_util_mean",
                   "gpu_util_mean", "compile_time_s", "warmup_steps", "data_wait_s", "data_wait_share",
                   "child_cpu_util_mean", "loader_s", "update_applied_share", "update_applied_share_se",
                   "update_lost_share")
@@ -105,8 +105,9 @@ def _rates_over_step(out: dict[str, Any], ok: pd.DataFrame) -> None:
     out["samples_per_s_per_gpu"] = out["samples_per_step"] / out["step_time_s"]
     world = out.get("world_size")
     out["samples_per_s"] = out["samples_per_s_per_gpu"] * (1 if is_missing(world) else world)
-    if not is_missing(out["mfu"]) and not is_missing(recorded) and recorded > 0:
-        out["mfu"] *= out["samples_per_s_per_gpu"] / recorded
+    for mfu in ("mfu", "mfu_datasheet"):
+        if not is_missing(out.get(mfu)) and not is_missing(recorded) and recorded > 0:
+            out[mfu] *= out["samples_per_s_per_gpu"] / recorded
 
 
 def fidelity_label(share: float, se: float) -> str:
@@ -126,7 +127,7 @@ def point_summary(df: pd.DataFrame, peak_flops: float | None = None) -> pd.DataF
     """
     if df.empty:
         return pd.DataFrame()
-    df = df.assign(mfu=mfu_column(df, peak_flops))
+    df = df.assign(mfu=mfu_column(df, peak_flops), mfu_datasheet=datasheet_mfu_column(df))
     knobs, params = knob_columns(df), param_columns(df)
     extras = [c for c in df.columns if c.startswith("extra.")]
     carried = [c for c in (*IDENTITY, *params, *knobs, *extras) if c in df.columns]
@@ -163,10 +164,12 @@ def suite_varying(summary: pd.DataFrame, suite: str) -> list[str]:
 #: the sweep table's columns, in display order (the knobs and params that vary follow them)
 SWEEP_COLUMNS = ("name", "status", "repeats", "step_time_s", "step_time_p10_s", "step_time_p90_s", "step_time_cv",
                  "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "peak_host_rss_gib", "mfu",
-                 "fidelity", "warmup_detected", "notes", "reason")
+                 "mfu_datasheet", "fidelity", "warmup_detected", "notes", "reason")
+#: a decoder point's sweep row: its figures are its latency and CPU (the report's Decoders section)
+DECODE_SWEEP_COLUMNS = ("name", "status", "repeats", "peak_host_rss_gib", "notes", "reason")
 #: the key figures, for a terminal
 KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_host_rss_gib",
-               "mfu", "fidelity", "notes", "reason")
+               "mfu", "mfu_datasheet", "fidelity", "notes", "reason")
 
 
 def sweep_table(points: pd.DataFrame, columns: Sequence[str] = SWEEP_COLUMNS) -> pd.DataFrame:

@@ -89,10 +89,11 @@ def state_bytes(optimizer) -> int:
 
 
 @pytest.mark.slow  # torchao compiles its step (~5-10 s on 2 cores)
-@pytest.mark.parametrize("name", ["ao_adamw8bit", "ao_adamw4bit"])
-def test_torchao_low_bit_state_steps_faithfully_and_saves_memory(name):
-    params = weights(torch.float32)
-    values = {**knob_table.defaults_for(Tiny), "precision": "bf16_mixed", "optimizer": name}
+@pytest.mark.parametrize("name, precision", [("ao_adamw8bit", "bf16_mixed"), ("ao_adamw4bit", "bf16_mixed"),
+                                             ("ao_adamw_sr", "bf16")])
+def test_torchao_state_steps_faithfully_and_saves_memory(name, precision):
+    params = weights(torch.bfloat16 if precision == "bf16" else torch.float32)
+    values = {**knob_table.defaults_for(Tiny), "precision": precision, "optimizer": name}
     optimizer = optimizer_knob.build(name, params, torch.optim.AdamW(params, **DREAMZERO), values)
     out = fidelity_of(params, optimizer, steps=4)
     assert out["extra"]["fidelity"] == "faithful"

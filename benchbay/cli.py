@@ -279,6 +279,17 @@ def cmd_gate(args) -> int:
     return exit_code
 
 
+def cmd_diff(args) -> int:
+    from benchbay.analysis.diff import diff, format_markdown, profiled_record, write_diff
+
+    result = diff(profiled_record(_one_run(args.a, args.results), args.label_a),
+                  profiled_record(_one_run(args.b, args.results), args.label_b), force=args.force)
+    print(format_markdown(result))
+    if args.out:
+        console.print(f"diff: {write_diff(result, Path(args.out))} (and diff.html, diff_deltas.png)")
+    return 0
+
+
 def cmd_baseline_save(args) -> int:
     from benchbay.baselines import save_baseline
 
@@ -420,6 +431,15 @@ def _gate_commands(sub) -> None:
     p.add_argument("--require-baseline", action="store_true", help="fail when no baseline exists")
     _ignore_knob_argument(p)
     p.set_defaults(func=cmd_gate)
+    p = sub.add_parser("diff", help="two profiled points by phase and op family, with a noise floor")
+    p.add_argument("a", help="the first profiled run (folder, id, or a suite: its newest run)")
+    p.add_argument("b", help="the second profiled run")
+    p.add_argument("--label-a", help="the point of A (needed when A profiled several)")
+    p.add_argument("--label-b", help="the point of B (needed when B profiled several)")
+    p.add_argument("--force", action="store_true", help="compare across GPU, world size or workload")
+    p.add_argument("--out", help="also write diff.md, diff.html and the plot of the largest deltas here")
+    _results_argument(p)
+    p.set_defaults(func=cmd_diff)
     p = sub.add_parser("baseline", help="manage baselines")
     b = p.add_subparsers(dest="action", required=True).add_parser(
         "save", help="store a run (or the runs of one suite on one machine) as results/baselines/<machine-key>/<name>/")

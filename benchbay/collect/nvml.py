@@ -77,3 +77,14 @@ def sample(index: int) -> dict[str, float]:
         except Exception:
             pass
     return out
+
+
+def total_energy_mj(index: int) -> float | None:
+    """The GPU's energy counter (millijoules since the driver loaded; Volta and later)."""
+    lib, handle = _handle(index)
+    if handle is None:
+        return None
+    try:
+        return float(lib.nvmlDeviceGetTotalEnergyConsumption(handle))
+    except Exception:
+        return None

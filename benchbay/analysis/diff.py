@@ -1,0 +1,195 @@
+"""``benchbay diff A B``: where the time of a step went between two profiled points.
+
+Each side is one ok record with a profile (``benchbay profile``). Rows are the step's phases
+(the profile's ``record_function`` ranges, plus ``idle``: the device's idle share of the median
+step) and the kernel/op families of its top-ops table, each with the seconds per step it gained
+or lost and its share of the change of the median step. The noise floor is the runs' own step
+spread (the median absolute deviation of each side's step times, added in quadrature): a row
+whose change lies inside it is not named a cause. Points on another GPU, world size or workload
+are refused unless ``force``."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchbay.markdown import markdown_table
+
+#: op family by the first pattern a kernel's or operator's name matches (lower case); else "other"
+FAMILIES = (
+    ("communication", r"nccl|all_reduce|allgather|reduce_scatter|c10d"),
+    ("attention", r"flash|fmha|attention|sdpa"),
+    ("gemm", r"gemm|cutlass|nvjet|matmul|aten::mm|aten::addmm|aten::bmm|aten::linear|cublas"),
+    ("memory", r"memcpy|memset|aten::copy_|aten::to\b|aten::contiguous"),
+    ("norm", r"norm"),
+    ("softmax / cross-entropy", r"softmax|cross_entropy|nll_loss|logsumexp"),
+    ("optimizer", r"adam|foreach|multi_tensor|fused_sgd"),
+    ("triton (fused)", r"triton"),
+    ("elementwise", r"elementwise|vectorized|aten::(add|mul|sub|div|gelu|silu|relu)"),
+)
+#: what must match for two points to be compared: (description, how it is read from a record)
+COMPARABLE = (
+    ("GPU", lambda r: r.get("env", {}).get("gpu")),
+    ("world size", lambda r: r.get("world_size")),
+    ("workload", lambda r: r.get("workload")),
+)
+
+
+def family(name: str) -> str:
+    low = name.lower()
+    return next((f for f, pattern in FAMILIES if re.search(pattern, low)), "other")
+
+
+def profiled_record(run: Path, label: str | None) -> dict[str, Any]:
+    """The ok, profiled record of ``run`` labelled ``label`` (any label when the run has one)."""
+    records = [json.loads(line) for line in (Path(run) / "records.jsonl").read_text().splitlines() if line.strip()]
+    found = [r for r in records if r.get("status") == "ok" and "phases" in r.get("extra", {})
+             and (label is None or r.get("label") == label)]
+    labels = sorted({r.get("label") for r in found})
+    if not found:
+        raise ValueError(f"{run}: no ok profiled record" + (f" labelled {label!r}" if label else "")
+                         + " (profile it with `benchbay profile SUITE --point LABEL`)")
+    if len(labels) > 1:
+        raise ValueError(f"{run}: several profiled points ({', '.join(labels)}); name one with --label")
+    return found[0]
+
+
+@dataclass
+class Diff:
+    a: dict[str, Any]
+    b: dict[str, Any]
+    rows: list[dict[str, Any]]  # kind (phase/family), name, a_s, b_s, delta_s, share, cause
+    step_a: float
+    step_b: float
+    noise_s: float
+    incomparable: list[str]
+
+
+def _mad(times: list[float]) -> float:
+    values = np.asarray(times, dtype=float)
+    return float(np.median(np.abs(values - np.median(values)))) if values.size else 0.0
+
+
+def _steady(record: dict[str, Any]) -> list[float]:
+    times = record.get("series", {}).get("step_times_s", [])
+    return times[int(record.get("metrics", {}).get("warmup_steps") or 0):]
+
+
+def _phases(record: dict[str, Any]) -> dict[str, float]:
+    extra = record["extra"]
+    phases = dict(extra.get("phases", {}))
+    if extra.get("idle_gap_share") is not None:
+        phases["idle"] = extra["idle_gap_share"] * float(np.median(_steady(record)))
+    return phases
+
+
+def _families(record: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for op in record["extra"].get("profile_top_ops", []):
+        name = "other" if op["name"] == "other" else family(op["name"])
+        out[name] = out.get(name, 0.0) + op["time_s"]
+    return out
+
+
+def diff(a: dict[str, Any], b: dict[str, Any], force: bool = False) -> Diff:
+    incomparable = [f"{what}: {read(a)} vs {read(b)}" for what, read in COMPARABLE if read(a) != read(b)]
+    if incomparable and not force:
+        raise ValueError("not comparable (" + "; ".join(incomparable) + "); --force compares them anyway")
+    times_a, times_b = _steady(a), _steady(b)
+    step_a, step_b = float(np.median(times_a)), float(np.median(times_b))
+    noise = math.hypot(_mad(times_a), _mad(times_b))
+    change = step_b - step_a
+    rows = []
+    for kind, read in (("phase", _phases), ("op family", _families)):
+        side_a, side_b = read(a), read(b)
+        for name in dict.fromkeys([*side_a, *side_b]):
+            va, vb = side_a.get(name, 0.0), side_b.get(name, 0.0)
+            delta = vb - va
+            rows.append({"kind": kind, "name": name, "a_s": va, "b_s": vb, "delta_s": delta,
+                         "share": delta / change if change else float("nan"), "cause": abs(delta) > noise})
+    rows.sort(key=lambda r: (r["kind"] != "phase", -abs(r["delta_s"])))
+    return Diff(a, b, rows, step_a, step_b, noise, incomparable)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:+.2f}" if seconds else "0"
+
+
+def _table(d: Diff, kind: str) -> tuple[tuple[str, ...], list[tuple]]:
+    headers = (kind, "A ms/step", "B ms/step", "Δ ms/step", "share of Δ step", "")
+    rows = [(r["name"], f"{r['a_s'] * 1e3:.2f}", f"{r['b_s'] * 1e3:.2f}", _ms(r["delta_s"]),
+             "" if math.isnan(r["share"]) else f"{r['share']:.0%}", "cause" if r["cause"] else "within noise")
+            for r in d.rows if r["kind"] == kind]
+    return headers, rows
+
+
+def _name(record: dict[str, Any]) -> str:
+    return f"{record.get('label')} ({record.get('suite')}/{record.get('run_id')})"
+
+
+def format_markdown(d: Diff, plot: str | None = None) -> str:
+    lines = [f"# benchbay diff: {d.a.get('label')} → {d.b.get('label')}", "",
+             f"- A: {_name(d.a)}", f"- B: {_name(d.b)}",
+             f"- median step: {d.step_a * 1e3:.2f} → {d.step_b * 1e3:.2f} ms ({_ms(d.step_b - d.step_a)} ms); "
+             f"noise floor ±{d.noise_s * 1e3:.2f} ms (step spread of both runs): a change inside it is not a cause"]
+    if d.incomparable:
+        lines.append("- ⚠ compared although not comparable (--force): " + "; ".join(d.incomparable))
+    for kind in ("phase", "op family"):
+        headers, rows = _table(d, kind)
+        if rows:
+            lines += ["", f"## By {kind}", "", markdown_table(headers, rows)]
+    if plot:
+        lines += ["", f"![largest deltas]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def _html(d: Diff, plot: str | None) -> str:
+    esc = html.escape
+    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>benchbay diff</title></head>"
+             f"<body><h1>benchbay diff: {esc(str(d.a.get('label')))} → {esc(str(d.b.get('label')))}</h1>",
+             f"<p>A: {esc(_name(d.a))}<br>B: {esc(_name(d.b))}<br>median step {d.step_a * 1e3:.2f} → "
+             f"{d.step_b * 1e3:.2f} ms; noise floor ±{d.noise_s * 1e3:.2f} ms</p>"]
+    for kind in ("phase", "op family"):
+        headers, rows = _table(d, kind)
+        parts.append(f"<h2>By {esc(kind)}</h2><table border=\"1\"><tr>"
+                     + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>"
+                     + "".join("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+                     + "</table>")
+    if plot:
+        parts.append(f"<img src=\"{esc(plot)}\" alt=\"largest deltas\">")
+    return "".join(parts) + "</body></html>\n"
+
+
+def _plot(d: Diff, path: Path, top: int = 12) -> Path:
+    from matplotlib.figure import Figure
+
+    rows = sorted(d.rows, key=lambda r: -abs(r["delta_s"]))[:top][::-1]
+    fig = Figure(figsize=(7, 0.4 * len(rows) + 1.2))
+    ax = fig.subplots()
+    ax.barh([f"{r['name']} ({r['kind']})" for r in rows], [r["delta_s"] * 1e3 for r in rows],
+            color=["tab:red" if r["delta_s"] > 0 else "tab:green" for r in rows],
+            alpha=1.0)
+    ax.axvspan(-d.noise_s * 1e3, d.noise_s * 1e3, color="grey", alpha=0.2, label="noise floor")
+    ax.set_xlabel("Δ ms per step (B − A)")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def write_diff(d: Diff, out_dir: Path) -> Path:
+    """``diff.md``, ``diff.html`` and ``diff_deltas.png`` in ``out_dir``; returns the Markdown's path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot = _plot(d, out_dir / "diff_deltas.png").name if d.rows else None
+    (out_dir / "diff.html").write_text(_html(d, plot))
+    path = out_dir / "diff.md"
+    path.write_text(format_markdown(d, plot))
+    return path

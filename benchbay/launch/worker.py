@@ -29,6 +29,7 @@ import torch
 from benchbay.analysis.steady import detect_warmup, first_dry_step
 from benchbay.collect import memory
 from benchbay.collect.compile import compile_counters
+from benchbay.collect.energy import EnergyMeter
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
@@ -124,6 +125,7 @@ class Measured:
     started: list[float] = field(default_factory=list)  # host clock at each timed step's start
     drain_steps: int = 0  # warm-up steps added while a loader behind the step was still being drained
     step_index: int = -1  # the step running when something failed; -1: before the first
+    energy: EnergyMeter | None = None  # read around the measured steps, as the sampler
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +147,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device
                                              if device.type == "cuda" else None)
     sampler = SystemSampler(device.index if device.type == "cuda" else None)  # started at the measured steps
-    measured = Measured(times=[])
+    measured = Measured(times=[], energy=EnergyMeter(device.index if device.type == "cuda" else None))
     try:
         profiler, snapshot = _profiler(spec, spec["steps"]), MemorySnapshot.from_spec(spec, device)
         _measure(workload, spec, device, sampler, profiler, snapshot, measured)
@@ -193,6 +195,7 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
                 memory.reset(device)
                 workload.start_measuring()
                 sampler.start()
+                measured.energy.start()
                 measure_started = time.perf_counter()
             if i == total:
                 phase("profiled steps")
@@ -215,6 +218,7 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
                     total = i + 1
             if i == total - 1:
                 sampler.stop()
+                measured.energy.stop()
             profiler.step()
             i += 1
     measured.times = timer.times()
@@ -261,7 +265,8 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
                "warmup_steps": first,
                "samples_per_step": workload.samples_per_step(), "flops_per_sample": flops.get("train"),
                "frozen_flops_per_sample": flops.get("frozen"),
-               "measured_steps": end - first, **memory.peak(device), **sampler.summary()}
+               "measured_steps": end - first, **memory.peak(device), **sampler.summary(),
+               **measured.energy.metrics(workload.samples_per_step() * (len(times) - spec["steps"]["warmup"]))}
     metrics.update(_data_wait(measured.data_s[first:end], times[first:end]))
     harness = workload.harness_figures()  # over every measured step (the fidelity's window)
     metrics.update(harness.get("metrics", {}))
@@ -271,7 +276,7 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
             "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
                        **({"data_waits_s": measured.data_s} if measured.data_s else {}), **sampler.series},
             "extra": {**workload.extra_metrics(), **harness.get("extra", {}), **compile_counters(),
-                      **profiler.summary(), **snapshot.summary(),
+                      **profiler.summary(), **snapshot.summary(), **measured.energy.note(),
                       # timed steps short of the configured ones: the measure budget ended them
                       **({"measure_budget_spent": True} if len(times) < total_steps(spec["steps"]) else {}),
                       **({"drain_steps": measured.drain_steps} if measured.drain_steps else {})}}

@@ -290,6 +290,15 @@ def cmd_diff(args) -> int:
     return 0
 
 
+def cmd_bisect(args) -> int:
+    from benchbay.bisect import bisect
+
+    result = bisect(args.repo, args.suite, args.point, args.good, args.bad, install=args.install, sets=args.set,
+                    thresholds=args.threshold or None)
+    print(result.markdown())
+    return 0 if result.first_bad else 1
+
+
 def cmd_baseline_save(args) -> int:
     from benchbay.baselines import save_baseline
 
@@ -440,6 +449,15 @@ def _gate_commands(sub) -> None:
     p.add_argument("--out", help="also write diff.md, diff.html and the plot of the largest deltas here")
     _results_argument(p)
     p.set_defaults(func=cmd_diff)
+    p = sub.add_parser("bisect", help="the first commit that made a point slower (git bisect, the gate's statistics)")
+    _suite_arguments(p)
+    p.add_argument("--point", required=True, metavar="LABEL", help="the point that regressed")
+    p.add_argument("--good", required=True, metavar="REV", help="a commit where the point was fast")
+    p.add_argument("--bad", required=True, metavar="REV", help="a commit where it is slow")
+    p.add_argument("--repo", default=".", help="the git repository (default: here)")
+    p.add_argument("--install", metavar="CMD", help="run in each commit's worktree first, e.g. 'pip install -e .'")
+    p.add_argument("--threshold", action="append", default=[], help="as gate's (default: the suite's gate list)")
+    p.set_defaults(func=cmd_bisect)
     p = sub.add_parser("baseline", help="manage baselines")
     b = p.add_subparsers(dest="action", required=True).add_parser(
         "save", help="store a run (or the runs of one suite on one machine) as results/baselines/<machine-key>/<name>/")

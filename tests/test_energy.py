@@ -1,3 +1,5 @@
+import pytest
+
 from benchbay.collect import nvml
 from benchbay.collect.energy import EnergyMeter, cost_per_million_samples
 
@@ -42,3 +44,14 @@ def test_nvml_counter(monkeypatch):
 def test_cost_per_million_samples():
     # 100 samples/s: 1e6 samples take 10,000 s, 2.78 GPU-hours at 3.6 an hour
     assert abs(cost_per_million_samples(100.0, 3.6) - 10.0) < 1e-9
+
+
+def test_gemm_probe_is_measured_once_per_machine_key(tmp_path, monkeypatch):
+    import torch
+
+    from benchbay.collect import gemm_probe
+
+    figure = gemm_probe.measured_tflops(torch.device("cpu"), "key1", tmp_path, seconds=0.05, side=64)
+    assert figure["gemm_tflops"] > 0 and figure["gemm_dtype"] == "fp32"
+    monkeypatch.setattr(gemm_probe, "probe", lambda *a, **k: pytest.fail("probed again"))
+    assert gemm_probe.measured_tflops(torch.device("cpu"), "key1", tmp_path) == figure

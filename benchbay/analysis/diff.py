@@ -131,7 +131,8 @@ def _table(d: Diff, kind: str) -> tuple[tuple[str, ...], list[tuple]]:
 
 
 def _name(record: dict[str, Any]) -> str:
-    return f"{record.get('label')} ({record.get('suite')}/{record.get('run_id')})"
+    samples = record.get("metrics", {}).get("samples_per_step")  # per-step figures of unlike batches differ so
+    return f"{record.get('label')} ({record.get('suite')}/{record.get('run_id')}; {samples} samples per step)"
 
 
 def format_markdown(d: Diff, plot: str | None = None) -> str:

@@ -146,7 +146,8 @@ timeout: 300
     assert len(table) == 2 and table["synthetic mean step (s)"].notna().all()
     synthetic = by_label["synthetic"]["metrics"]["step_time_mean_s"]
     assert table["synthetic mean step (s)"].tolist() == pytest.approx([synthetic, synthetic])
-    assert len(best_loaders(table)) == 1 and (table["lower bound"] == "").all()
+    # whether a queue ran dry inside 4 measured steps depends on the machine's load: only its form here
+    assert len(best_loaders(table)) == 1 and table["lower bound"].map(lambda v: v == "" or v.startswith("yes")).all()
     # another run of the same points (a later session, its steps 2x slower): each video point is set
     # against its own run's synthetic step, not against the points of both runs pooled
     later = frame.assign(run_id="later")

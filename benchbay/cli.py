@@ -217,12 +217,15 @@ def _suite_metas(runs) -> dict:
 
 def cmd_report(args) -> int:
     from benchbay.report import build_report
-    from benchbay.store import find_runs, load_runs
+    from benchbay.store import SAFE_NAME, find_runs, load_runs
 
     runs = find_runs(args.runs, args.results)
     metas = _suite_metas(runs)
     title = args.title or ", ".join(sorted(metas)) or "benchbay report"
-    out = Path(args.out or Path("reports") / (list(metas)[0] if len(metas) == 1 else "combined"))
+    named = list(metas)[0] if len(metas) == 1 else "combined"
+    if not SAFE_NAME.fullmatch(named):  # a stored suite name is untrusted: it must not pick the folder
+        named = "combined"
+    out = Path(args.out or Path("reports") / named)
     path = build_report(load_runs(runs), out, title=title, suite_meta=metas, peak_flops=_peak_flops())
     console.print(f"report: {path} (and {path.with_suffix('.md')})")
     return 0

@@ -8,6 +8,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import secrets
 import time
 import warnings
@@ -35,7 +36,16 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
+#: a suite's name and a run id are one path component each: nothing a suite or a record says may
+#: write outside the results root (``/tmp/x``, ``..`` and ``""`` did)
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
 def run_dir(root: str | Path, suite: str, run_id: str) -> Path:
+    for what, value in (("suite name", suite), ("run id", run_id)):
+        if not isinstance(value, str) or not SAFE_NAME.fullmatch(value):
+            raise ValueError(f"{what} {value!r}: expected one path component of letters, digits, '.', '_' "
+                             "and '-', starting with a letter or digit")
     return Path(root) / suite / run_id
 
 
@@ -150,8 +160,8 @@ def as_measured_today(record: dict[str, Any]) -> dict[str, Any]:
 def load_runs(paths: Iterable[str | Path], root: str | Path = "results") -> pd.DataFrame:
     """All records of the named runs as one flat DataFrame (see benchbay.analysis.frame), each
     under today's knob table (``as_measured_today``: a configuration's identity is its knobs completed
-    with today's defaults, the runner's rule) and with its run's ``run_state`` (complete, interrupted, running): a report of an
-    interrupted run must say that its search or sweep is unfinished. A point a run measured
+    with today's defaults, the runner's rule) and with its run's ``run_state`` (complete, interrupted,
+    running): a report of an interrupted run must say that its search or sweep is unfinished. A point a run measured
     twice on one machine (a resume that did not know it) is shown by its first record, the one
     the runner keeps."""
     from benchbay.analysis.frame import records_to_frame

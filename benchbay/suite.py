@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 
 from benchbay import knobs as knob_table
-from benchbay.store import point_id
+from benchbay.store import SAFE_NAME, point_id
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
 
@@ -225,6 +225,9 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
         if key not in _TOP_KEYS:
             v.error(key, f"a known key: {sorted(_TOP_KEYS)}")
     name = v.typed(raw, "name", str, required=True)
+    if name is not None and not SAFE_NAME.fullmatch(name):  # it names the results and reports folders
+        v.error("name", f"one path component of letters, digits, '.', '_' and '-', starting with a letter or "
+                f"digit, got {name!r}")
     points_have_workloads = bool(sweep_points := (raw.get("sweep") or {}).get("points")) and isinstance(
         sweep_points, list) and all(isinstance(p, dict) and "workload" in p for p in sweep_points)
     if raw.get("workload") is None and points_have_workloads:

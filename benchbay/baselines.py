@@ -8,6 +8,7 @@ name replaces that baseline as a whole.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,6 +34,27 @@ def run_machine_key(run_dir: str | Path) -> str:
 
 def run_suites(run_dir: str | Path) -> set[str]:
     return {r.get("suite") for r in _read_records(Path(run_dir))} - {None}
+
+
+def _check_readable(baseline: Path) -> None:
+    """A baseline that exists but cannot be read is an error, never "no baseline": a gate that
+    found garbage (or nothing) there and passed would be turned off by it."""
+    path = baseline / RECORDS
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}): an unreadable baseline") from None
+    if not any(line.strip() for line in lines):
+        raise ValueError(f"{path}: holds no records: an unreadable baseline")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{n}: not a JSON record ({exc.msg}): an unreadable baseline") from None
+        if not isinstance(record, dict) or not isinstance(record.get("suite"), str):
+            raise ValueError(f"{path}:{n}: expected a record (a JSON object with a suite): an unreadable baseline")
 
 
 def _check_name(name: str) -> None:
@@ -87,8 +109,11 @@ def find_baseline(results_root: str | Path, machine_key: str, *, name: str | Non
         _check_name(name)
         candidate = Path(results_root) / BASELINES_DIR / machine_key / name
         found = candidate if (candidate / RECORDS).is_file() else None
+        if found is not None:
+            _check_readable(found)
         return found if found is None or suite is None or suite in run_suites(found) else None
     for directory in list_baselines(results_root, machine_key):
+        _check_readable(directory)
         if suite is None or suite in run_suites(directory):
             return directory
     return None

@@ -29,3 +29,33 @@ def test_a_safe_name_loads(tmp_path):
 def test_the_store_never_builds_a_run_folder_outside_its_root(tmp_path, suite, run_id):
     with pytest.raises(ValueError, match="one path component"):
         run_dir(tmp_path, suite, run_id)
+
+
+GOOD = '{"suite": "s", "run_id": "r", "point_id": "p", "workload": "w", "status": "ok"}\n'
+
+
+@pytest.mark.parametrize("content, where", [
+    (b"garbage\n", "records.jsonl:1: not a JSON record"),
+    (b"", "holds no records"),
+    (GOOD[20:].encode() + GOOD.encode(), "records.jsonl:1: not a JSON record"),  # its first record cut
+    (b"[1, 2]\n", "records.jsonl:1: expected a record"),
+    (b"\xff\xfe\n", "not UTF-8"),
+])
+def test_a_baseline_that_cannot_be_read_is_an_error_not_no_baseline(tmp_path, content, where):
+    from benchbay.baselines import BASELINES_DIR, find_baseline
+
+    baseline = tmp_path / BASELINES_DIR / "machine" / "main"
+    baseline.mkdir(parents=True)
+    (baseline / "records.jsonl").write_bytes(content)
+    for kwargs in ({"name": "main"}, {"suite": "s"}, {}):
+        with pytest.raises(ValueError, match=where):
+            find_baseline(tmp_path, "machine", **kwargs)
+
+
+def test_a_readable_baseline_is_found(tmp_path):
+    from benchbay.baselines import BASELINES_DIR, find_baseline
+
+    baseline = tmp_path / BASELINES_DIR / "machine" / "main"
+    baseline.mkdir(parents=True)
+    (baseline / "records.jsonl").write_text(GOOD)
+    assert find_baseline(tmp_path, "machine", suite="s") == baseline

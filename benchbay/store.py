@@ -10,6 +10,7 @@ import json
 import os
 import re
 import secrets
+import sys
 import time
 import warnings
 from collections.abc import Iterable
@@ -133,10 +134,15 @@ def latest_run(root: str | Path, suite: str, machine_key: str | None = None) -> 
 @functools.cache
 def _knob_defaults(workload: str) -> dict[str, Any] | None:
     """Today's knob defaults of a workload (once per name: a run's records share a few), None for
-    one that no longer imports (a user's own)."""
+    one that is neither registered nor already imported. Reading results never imports what a
+    record names: a ``module:Class`` of a results file would run that module's code."""
     from benchbay import knobs as knob_table
     from benchbay.workloads import registry
 
+    if workload not in registry.available():
+        module, _, attr = workload.partition(":")
+        cls = getattr(sys.modules.get(module), attr, None) if attr else None  # the suite being run
+        return knob_table.defaults_for(cls) if isinstance(cls, type) and issubclass(cls, registry.Workload) else None
     try:
         return knob_table.defaults_for(registry.resolve(workload))
     except LookupError:

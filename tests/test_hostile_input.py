@@ -59,3 +59,20 @@ def test_a_readable_baseline_is_found(tmp_path):
     baseline.mkdir(parents=True)
     (baseline / "records.jsonl").write_text(GOOD)
     assert find_baseline(tmp_path, "machine", suite="s") == baseline
+
+
+def test_reading_results_never_imports_the_module_a_record_names(tmp_path, monkeypatch):
+    import json
+    import sys
+
+    from benchbay.store import load_runs
+
+    (tmp_path / "results_helper.py").write_text("open(__file__ + '.ran', 'w').close()\nclass X: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "results" / "s" / "r"
+    run.mkdir(parents=True)
+    records = [{"suite": "s", "run_id": "r", "point_id": f"p{i}", "workload": "results_helper:X", "status": "ok",
+                "knobs": knobs} for i, knobs in enumerate([{"mbs": 1}, {"mbs": 1, "extra": 2}])]
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    load_runs([run])
+    assert "results_helper" not in sys.modules and not (tmp_path / "results_helper.py.ran").exists()

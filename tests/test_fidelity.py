@@ -49,23 +49,48 @@ def test_fp32_master_weights_are_faithful():
     assert out["metrics"]["update_lost_share"] == 0.0
 
 
-def test_stochastic_rounding_is_faithful_though_most_single_weights_stay():
-    params = weights(torch.bfloat16)
-    reference = torch.optim.AdamW(params, **DREAMZERO)
-    optimizer = optimizer_knob.FlatSRAdamW(params, hyper_of(reference)[0][1])
-    out = fidelity_of(params, optimizer)
+FLAT = ["adamw_sr", "adamw_sr_8bit", "adamw_sr_4bit"]
+
+
+def flat(name, params):
+    values = {**knob_table.defaults_for(Tiny), "precision": "bf16", "optimizer": name}
+    return optimizer_knob.build(name, params, torch.optim.AdamW(params, **DREAMZERO), values)
+
+
+@pytest.mark.parametrize("name", FLAT)
+def test_stochastic_rounding_is_faithful_though_most_single_weights_stay(name):
+    params = weights(torch.bfloat16) + [torch.nn.Parameter(torch.ones(384, dtype=torch.bfloat16))]
+    out = fidelity_of(params, flat(name, params))
     assert out["extra"]["fidelity"] == "faithful"
-    assert out["metrics"]["update_applied_share"] == pytest.approx(1.0, abs=0.05)
+    # random gradients, uncorrelated from step to step, are the harshest case for quantised state
+    assert out["metrics"]["update_applied_share"] == pytest.approx(1.0, abs=0.01 if name != "adamw_sr_4bit" else 0.08)
     assert out["metrics"]["update_lost_share"] > 0.2  # noisy per element, unbiased on the whole
 
 
-def test_flat_sr_buckets_and_state_bytes(monkeypatch):
+@pytest.mark.parametrize("name", FLAT)
+def test_flat_sr_buckets_and_state_bytes(monkeypatch, name):
     monkeypatch.setattr(optimizer_knob, "BUCKET", 384 * 384)  # one tensor a bucket
     params = weights(torch.bfloat16, n=3)
-    optimizer = optimizer_knob.FlatSRAdamW(params, hyper_of(torch.optim.AdamW(params, **DREAMZERO))[0][1])
+    optimizer = flat(name, params)
     assert len(optimizer.buckets) == 3
-    state = sum(b.m.nbytes + b.v.nbytes for b in optimizer.buckets)
-    assert state / sum(p.numel() for p in params) == optimizer_knob.CHOICES["adamw_sr"].state_bytes
+    state = sum(tensor_bytes(b.m) + tensor_bytes(b.v) for b in optimizer.buckets)
+    claimed = optimizer_knob.CHOICES[name].state_bytes
+    assert claimed <= state / sum(p.numel() for p in params) < claimed * 1.1  # plus one scale per block
+
+
+def test_flat_step_keeps_tensors_apart_and_skips_absent_gradients(monkeypatch):
+    """Tensors padded to whole blocks; a parameter without a gradient keeps its weight, as in torch's AdamW."""
+    monkeypatch.setattr(optimizer_knob, "BUCKET", 1 << 12)
+    params = [torch.nn.Parameter(torch.full((n,), 0.5, dtype=torch.bfloat16)) for n in (300, 7, 2000, 1500, 64)]
+    values = {**knob_table.defaults_for(Tiny), "precision": "bf16", "optimizer": "adamw_sr"}
+    optimizer = optimizer_knob.build("adamw_sr", params, torch.optim.AdamW(params, lr=0.1), values)
+    assert [b.offsets for b in optimizer.buckets] == [[0, 512, 768], [0, 1536]]
+    for p in params[:3]:
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    # the first AdamW step moves each weight by lr (0.5 -> ~0.4, rounded to one of its bf16 neighbours)
+    assert all(bool(((p.float() > 0.398) & (p.float() < 0.401)).all()) for p in params[:3])
+    assert all(bool((p == 0.5).all()) for p in params[3:])
 
 
 def test_verdict_rule():
@@ -75,17 +100,15 @@ def test_verdict_rule():
     assert verdict(None, None) is None
 
 
+def tensor_bytes(value: torch.Tensor) -> int:
+    """Bytes of one state tensor (a torchao quantised state counts its parts)."""
+    inner = getattr(value, "__tensor_flatten__", None)
+    return sum(t.nbytes for t in ([getattr(value, n) for n in inner()[0]] if inner else [value]))
+
+
 def state_bytes(optimizer) -> int:
-    """Bytes of an optimizer's per-parameter state (a torchao quantised state counts its parts)."""
-    total = 0
-    for state in optimizer.state.values():
-        for name, value in state.items():
-            if name == "step" or not isinstance(value, torch.Tensor):
-                continue
-            inner = getattr(value, "__tensor_flatten__", None)
-            parts = [getattr(value, n) for n in inner()[0]] if inner else [value]
-            total += sum(t.nbytes for t in parts)
-    return total
+    return sum(tensor_bytes(value) for state in optimizer.state.values() for name, value in state.items()
+               if name != "step" and isinstance(value, torch.Tensor))
 
 
 @pytest.mark.slow  # torchao compiles its step (~5-10 s on 2 cores)

@@ -100,7 +100,8 @@ def test_unsupported_combinations_are_skipped_with_a_reason(knobs, reason):
 
 #: the only generic knob values the tiny CPU workload cannot run, and why
 EXPECTED_SKIPS = {("cuda_graph", "attention"): "does not support it", ("cuda_graph", "step"): "needs a CUDA device",
-                  ("cudnn_benchmark", True): "needs a CUDA device", ("optimizer", "adamw_sr"): "needs precision=bf16"}
+                  ("cudnn_benchmark", True): "needs a CUDA device",
+                  **{("optimizer", f"adamw_sr{kind}"): "needs precision=bf16" for kind in ("", "_8bit", "_4bit")}}
 
 
 def test_every_generic_knob_value_runs_or_is_skipped():

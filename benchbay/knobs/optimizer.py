@@ -10,6 +10,7 @@ bf16: 2 + 2): the optimizer's own state below.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -48,10 +49,10 @@ class TorchAdamW(OptimizerChoice):
         return workload_optimizer
 
 
-class StochasticRoundingAdamW(OptimizerChoice):
-    name, state_bytes = "adamw_sr", 8
-    help = ("bf16 weights updated with stochastic rounding, fp32 AdamW state, one flattened step per bucket "
-            "(benchbay's; compiled on CUDA): 8 B/param; needs precision=bf16")
+class FlatChoice(OptimizerChoice):
+    """bf16 weights stochastically rounded by torchao's AdamW update, stepped a flattened bucket at a
+    time (compiled once on CUDA): the real models have hundreds of tensors, many small, and torchao's
+    per-tensor loop cost Wall-X 0.5 s a step on the H200. Subclasses say how m and v are kept."""
 
     def skip_reason(self, knobs, device):
         if knobs["precision"] != "bf16":
@@ -59,7 +60,42 @@ class StochasticRoundingAdamW(OptimizerChoice):
         return super().skip_reason(knobs, device)
 
     def build(self, params, hyper, workload_optimizer, knobs):
-        return FlatSRAdamW(params, hyper, compiled=bool(params) and params[0].device.type == "cuda")
+        return FlatSRAdamW(params, hyper, self.state, compiled=bool(params) and params[0].device.type == "cuda")
+
+    def state(self, n: int, signed: bool, device: torch.device) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class StochasticRoundingAdamW(FlatChoice):
+    name, state_bytes = "adamw_sr", 8
+    help = "bf16 weights stochastically rounded, fp32 AdamW state, flattened buckets: 8 B/param; needs precision=bf16"
+
+    def state(self, n, signed, device):
+        return torch.zeros(n, device=device)
+
+
+class StochasticRoundingQuantised(FlatChoice):
+    """m and v kept as one of torchao's block-wise quantised state subclasses."""
+
+    subclass: ClassVar[str]  # module.Class under torchao.optim
+    block: ClassVar[int]
+
+    def state(self, n, signed, device):
+        module, cls = self.subclass.split(".")
+        subclass = getattr(importlib.import_module(f"torchao.optim.{module}"), cls)
+        return subclass.zeros(n, signed, block_size=self.block, device=device)
+
+
+class StochasticRounding8bit(StochasticRoundingQuantised):
+    name, state_bytes, subclass, block = "adamw_sr_8bit", 2, "subclass_8bit.OptimState8bit", 256
+    help = ("bf16 weights stochastically rounded, torchao's block-wise 8-bit state, flattened buckets: "
+            "2 B/param; needs precision=bf16")
+
+
+class StochasticRounding4bit(StochasticRoundingQuantised):
+    name, state_bytes, subclass, block = "adamw_sr_4bit", 1, "subclass_4bit.OptimState4bit", 128
+    help = ("bf16 weights stochastically rounded, torchao's block-wise 4-bit state, flattened buckets: "
+            "1 B/param; needs precision=bf16")
 
 
 class TorchaoChoice(OptimizerChoice):
@@ -106,8 +142,9 @@ class TorchaoFp8(TorchaoChoice):
         return super().skip_reason(knobs, device)
 
 
-CHOICES: dict[str, OptimizerChoice] = {c.name: c() for c in (TorchAdamW, StochasticRoundingAdamW, TorchaoSR,
-                                                              Torchao8bit, Torchao4bit, TorchaoFp8)}
+CHOICES: dict[str, OptimizerChoice] = {c.name: c() for c in (
+    TorchAdamW, StochasticRoundingAdamW, StochasticRounding8bit, StochasticRounding4bit, TorchaoSR, Torchao8bit,
+    Torchao4bit, TorchaoFp8)}
 
 
 def skip_reason(knobs: dict[str, Any], device: torch.device) -> str | None:
@@ -122,73 +159,76 @@ def build(name: str, params: list[nn.Parameter], workload_optimizer, knobs: dict
     return CHOICES[name].build(params, hyper, workload_optimizer, knobs)
 
 
-# --- benchbay's stochastic-rounding AdamW ------------------------------------------------------------
+# --- the flattened step ----------------------------------------------------------------------------
 
-#: elements per flattened bucket: the step's scratch is ~20 bytes an element of the largest bucket
+#: elements per flattened bucket: the step's scratch is a few bytes an element of one bucket
 BUCKET = 1 << 26
-
-
-def _adamw_sr(w: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, noise: torch.Tensor,
-              lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, bc1: torch.Tensor,
-              bc2: torch.Tensor
-              ) -> torch.Tensor:
-    """One AdamW update of flat bf16 weights ``w`` with fp32 state (updated in place), rounded
-    stochastically back to bf16: 16 random low bits added to the fp32 result before truncation
-    make each weight round up with the probability of its distance to the lower bf16 value."""
-    g = g.float()
-    m.lerp_(g, 1 - beta1)
-    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-    x = w.float() * (1 - lr * weight_decay) - (lr / bc1) * m / (v.sqrt() / bc2.sqrt() + eps)
-    bits = (x.view(torch.int32) + noise) & -65536
-    return bits.view(torch.float32).to(torch.bfloat16)
+#: each tensor starts on a quantisation block of its own (8-bit: 256, 4-bit: 128), so no block mixes
+#: two tensors' scales
+BLOCK = 256
 
 
 @dataclass
 class _Bucket:
     params: list[nn.Parameter]
+    offsets: list[int]
     m: torch.Tensor
     v: torch.Tensor
 
 
 class FlatSRAdamW(torch.optim.Optimizer):
-    """AdamW over bf16 weights with fp32 state and stochastic rounding, stepping each bucket of
-    parameters as one flat tensor: the real models have hundreds of tensors, many small, and a
-    per-tensor step (torchao's _AdamW) cost DreamZero-5B 0.33 s a step on the H200."""
+    """AdamW over bf16 weights, stochastically rounded, stepping each bucket of parameters as one flat
+    tensor through torchao's own update (``single_param_adam``). Every bucket has the same size, so a
+    compiled update compiles once; the scratch (weights and gradients of one bucket) is shared."""
 
-    def __init__(self, params: list[nn.Parameter], hyper: AdamHyper, compiled: bool = False):
+    def __init__(self, params: list[nn.Parameter], hyper: AdamHyper, state, compiled: bool = False):
+        from torchao.optim.adam import single_param_adam
+
         super().__init__(params, dict(lr=hyper.lr, betas=(hyper.beta1, hyper.beta2), eps=hyper.eps,
                                       weight_decay=hyper.weight_decay))
-        self.hyper, self.step_count = hyper, 0
-        self.update = torch.compile(_adamw_sr, dynamic=True) if compiled else _adamw_sr
-        self.buckets: list[_Bucket] = []
-        current: list[nn.Parameter] = []
+        self.hyper, self.step_count = hyper, torch.tensor(0.0)
+        self.lr = torch.tensor(hyper.lr)
+        self.update = torch.compile(single_param_adam, fullgraph=True, dynamic=False) if compiled else single_param_adam
+        layout: list[tuple[list[nn.Parameter], list[int]]] = [([], [])]
         for p in self.param_groups[0]["params"]:
             if p.dtype != torch.bfloat16:
                 raise ValueError(f"optimizer=adamw_sr steps bf16 weights; a parameter is {p.dtype}")
-            if current and sum(_local(q).numel() for q in current) + _local(p).numel() > BUCKET:
-                self._add(current)
-                current = []
-            current.append(p)
-        if current:
-            self._add(current)
-
-    def _add(self, params: list[nn.Parameter]) -> None:
-        n = sum(_local(p).numel() for p in params)
-        device = _local(params[0]).device
-        self.buckets.append(_Bucket(params, torch.zeros(n, device=device), torch.zeros(n, device=device)))
+            members, offsets = layout[-1]
+            end = offsets[-1] + _aligned(_local(members[-1]).numel()) if members else 0
+            if members and end + _aligned(_local(p).numel()) > BUCKET:
+                layout.append(([], []))
+                members, offsets, end = *layout[-1], 0
+            members.append(p)
+            offsets.append(end)
+        size = max((o[-1] + _aligned(_local(m[-1]).numel()) for m, o in layout if m), default=BLOCK)
+        device = _local(params[0]).device if params else torch.device("cpu")
+        self.buckets = [_Bucket(m, o, state(size, True, device), state(size, False, device)) for m, o in layout if m]
+        self.w = torch.zeros(size, dtype=torch.bfloat16, device=device)
+        self.g = torch.zeros(size, dtype=torch.bfloat16, device=device)
 
     @torch.no_grad()
     def step(self, closure=None) -> None:
         h = self.hyper
         self.step_count += 1
         for b in self.buckets:
-            # tensors, not floats: a compiled update would recompile for every new float
-            bc1, bc2 = (torch.tensor(1 - beta ** self.step_count, device=b.m.device) for beta in (h.beta1, h.beta2))
-            locals_ = [_local(p) for p in b.params]
-            w = torch.cat([t.reshape(-1) for t in locals_])
-            g = torch.cat([(_local(p.grad) if p.grad is not None else torch.zeros_like(t)).reshape(-1)
-                           for p, t in zip(b.params, locals_, strict=True)])
-            noise = torch.randint(0, 1 << 16, w.shape, dtype=torch.int32, device=w.device)
-            out = self.update(w, g, b.m, b.v, noise, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, bc1, bc2)
-            torch._foreach_copy_(locals_, [x.view_as(t) for x, t in
-                                           zip(out.split([t.numel() for t in locals_]), locals_, strict=True)])
+            # a parameter without a gradient keeps its weight, as in torch's AdamW
+            stepped = [(_local(p), _local(p.grad), w, g) for p, w, g in
+                       zip(b.params, self._views(self.w, b), self._views(self.g, b), strict=True) if p.grad is not None]
+            if not stepped:
+                continue
+            weights, grads, w, g = (list(column) for column in zip(*stepped, strict=True))
+            self.g.zero_()  # the padding between tensors (and absent gradients) stay zero
+            torch._foreach_copy_(w, weights)
+            torch._foreach_copy_(g, grads)
+            self.update(self.w, self.g, self.step_count, b.m, b.v, None, self.lr, h.beta1, h.beta2,
+                        h.weight_decay, h.eps, True, True)
+            torch._foreach_copy_(weights, w)
+
+    @staticmethod
+    def _views(flat: torch.Tensor, bucket: _Bucket) -> list[torch.Tensor]:
+        return [flat[o:o + _local(p).numel()].view_as(_local(p)) for o, p in zip(bucket.offsets, bucket.params,
+                                                                                  strict=True)]
+
+
+def _aligned(n: int) -> int:
+    return -(-n // BLOCK) * BLOCK

@@ -78,19 +78,21 @@ def test_flat_sr_buckets_and_state_bytes(monkeypatch, name):
     assert claimed <= state / sum(p.numel() for p in params) < claimed * 1.1  # plus one scale per block
 
 
-def test_flat_step_keeps_tensors_apart_and_skips_absent_gradients(monkeypatch):
-    """Tensors padded to whole blocks; a parameter without a gradient keeps its weight, as in torch's AdamW."""
+def test_flat_step_keeps_tensors_apart_splits_large_ones_and_skips_absent_gradients(monkeypatch):
+    """Tensors start on whole blocks, one larger than a bucket's room is split over two, and a parameter
+    without a gradient keeps its weight, as in torch's AdamW."""
     monkeypatch.setattr(optimizer_knob, "BUCKET", 1 << 12)
     params = [torch.nn.Parameter(torch.full((n,), 0.5, dtype=torch.bfloat16)) for n in (300, 7, 2000, 1500, 64)]
     values = {**knob_table.defaults_for(Tiny), "precision": "bf16", "optimizer": "adamw_sr"}
     optimizer = optimizer_knob.build("adamw_sr", params, torch.optim.AdamW(params, lr=0.1), values)
-    assert [b.offsets for b in optimizer.buckets] == [[0, 512, 768], [0, 1536]]
-    for p in params[:3]:
+    assert [[(s.start, s.length, s.offset) for s in b.segments] for b in optimizer.buckets] == [
+        [(0, 300, 0), (0, 7, 512), (0, 2000, 768), (0, 1280, 2816)], [(1280, 220, 0), (0, 64, 256)]]
+    for p in params[:4]:
         p.grad = torch.ones_like(p)
     optimizer.step()
     # the first AdamW step moves each weight by lr (0.5 -> ~0.4, rounded to one of its bf16 neighbours)
-    assert all(bool(((p.float() > 0.398) & (p.float() < 0.401)).all()) for p in params[:3])
-    assert all(bool((p == 0.5).all()) for p in params[3:])
+    assert all(bool(((p.float() > 0.398) & (p.float() < 0.401)).all()) for p in params[:4])
+    assert bool((params[4] == 0.5).all())
 
 
 def test_verdict_rule():

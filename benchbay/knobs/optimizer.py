@@ -169,17 +169,33 @@ BLOCK = 256
 
 
 @dataclass
+class _Segment:
+    """Elements [start, start + length) of one parameter, at ``offset`` in its bucket."""
+
+    param: nn.Parameter
+    start: int
+    length: int
+    offset: int
+
+    def of(self, tensor: torch.Tensor) -> torch.Tensor:
+        return _local(tensor).view(-1)[self.start:self.start + self.length]
+
+    def at(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat[self.offset:self.offset + self.length]
+
+
+@dataclass
 class _Bucket:
-    params: list[nn.Parameter]
-    offsets: list[int]
+    segments: list[_Segment]
     m: torch.Tensor
     v: torch.Tensor
 
 
 class FlatSRAdamW(torch.optim.Optimizer):
     """AdamW over bf16 weights, stochastically rounded, stepping each bucket of parameters as one flat
-    tensor through torchao's own update (``single_param_adam``). Every bucket has the same size, so a
-    compiled update compiles once; the scratch (weights and gradients of one bucket) is shared."""
+    tensor through torchao's own update (``single_param_adam``). Every bucket has the same size (a
+    large tensor is split over buckets), so a compiled update compiles once and no state is padding;
+    the scratch (weights and gradients of one bucket) is shared."""
 
     def __init__(self, params: list[nn.Parameter], hyper: AdamHyper, state, compiled: bool = False):
         from torchao.optim.adam import single_param_adam
@@ -189,20 +205,13 @@ class FlatSRAdamW(torch.optim.Optimizer):
         self.hyper, self.step_count = hyper, torch.tensor(0.0)
         self.lr = torch.tensor(hyper.lr)
         self.update = torch.compile(single_param_adam, fullgraph=True, dynamic=False) if compiled else single_param_adam
-        layout: list[tuple[list[nn.Parameter], list[int]]] = [([], [])]
-        for p in self.param_groups[0]["params"]:
-            if p.dtype != torch.bfloat16:
-                raise ValueError(f"optimizer=adamw_sr steps bf16 weights; a parameter is {p.dtype}")
-            members, offsets = layout[-1]
-            end = offsets[-1] + _aligned(_local(members[-1]).numel()) if members else 0
-            if members and end + _aligned(_local(p).numel()) > BUCKET:
-                layout.append(([], []))
-                members, offsets, end = *layout[-1], 0
-            members.append(p)
-            offsets.append(end)
-        size = max((o[-1] + _aligned(_local(m[-1]).numel()) for m, o in layout if m), default=BLOCK)
+        params = self.param_groups[0]["params"]
+        if any(p.dtype != torch.bfloat16 for p in params):
+            raise ValueError("optimizer=adamw_sr steps bf16 weights; a parameter is not bf16")
+        size = min(BUCKET, sum(_aligned(_local(p).numel()) for p in params)) or BLOCK
         device = _local(params[0]).device if params else torch.device("cpu")
-        self.buckets = [_Bucket(m, o, state(size, True, device), state(size, False, device)) for m, o in layout if m]
+        self.buckets = [_Bucket(segments, state(size, True, device), state(size, False, device))
+                        for segments in _layout(params, size)]
         self.w = torch.zeros(size, dtype=torch.bfloat16, device=device)
         self.g = torch.zeros(size, dtype=torch.bfloat16, device=device)
 
@@ -212,22 +221,32 @@ class FlatSRAdamW(torch.optim.Optimizer):
         self.step_count += 1
         for b in self.buckets:
             # a parameter without a gradient keeps its weight, as in torch's AdamW
-            stepped = [(_local(p), _local(p.grad), w, g) for p, w, g in
-                       zip(b.params, self._views(self.w, b), self._views(self.g, b), strict=True) if p.grad is not None]
+            stepped = [s for s in b.segments if s.param.grad is not None]
             if not stepped:
                 continue
-            weights, grads, w, g = (list(column) for column in zip(*stepped, strict=True))
+            weights, w = [s.of(s.param) for s in stepped], [s.at(self.w) for s in stepped]
             self.g.zero_()  # the padding between tensors (and absent gradients) stay zero
             torch._foreach_copy_(w, weights)
-            torch._foreach_copy_(g, grads)
+            torch._foreach_copy_([s.at(self.g) for s in stepped], [s.of(s.param.grad) for s in stepped])
             self.update(self.w, self.g, self.step_count, b.m, b.v, None, self.lr, h.beta1, h.beta2,
                         h.weight_decay, h.eps, True, True)
             torch._foreach_copy_(weights, w)
 
-    @staticmethod
-    def _views(flat: torch.Tensor, bucket: _Bucket) -> list[torch.Tensor]:
-        return [flat[o:o + _local(p).numel()].view_as(_local(p)) for o, p in zip(bucket.offsets, bucket.params,
-                                                                                  strict=True)]
+
+def _layout(params: list[nn.Parameter], size: int) -> list[list[_Segment]]:
+    """Parameters packed in order into buckets of ``size`` elements, each starting on a block."""
+    buckets: list[list[_Segment]] = [[]]
+    fill = 0
+    for p in params:
+        start, n = 0, _local(p).numel()
+        while start < n:
+            if fill == size:
+                buckets.append([])
+                fill = 0
+            length = min(n - start, size - fill)  # a split falls on a block: fill and size are whole blocks
+            buckets[-1].append(_Segment(p, start, length, fill))
+            start, fill = start + length, min(size, fill + _aligned(length))
+    return [b for b in buckets if b]
 
 
 def _aligned(n: int) -> int:

@@ -92,6 +92,7 @@ def test_deterministic_runs_repeat():
     ({"sharding": "fsdp2_hybrid", "replicate": 2}, "fsdp2_hybrid needs"),
     ({"sharding": "ddp", "offload": "optimizer"}, "not under DDP"),
     ({"recompute": "selective", "recompute_impl": "reentrant"}, "needs recompute_impl=non_reentrant"),
+    ({"recompute": "attention", "recompute_impl": "reentrant"}, "needs recompute_impl=non_reentrant"),
 ])
 def test_unsupported_combinations_are_skipped_with_a_reason(knobs, reason):
     workload, _ = make(**knobs)
@@ -157,9 +158,10 @@ def attention_calls_in_backward(knobs: dict, device: torch.device) -> int:
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "blockwise"])
-@pytest.mark.parametrize("mode, recomputed", [("selective", False), ("full", True), ("off", False)])
+@pytest.mark.parametrize("mode, recomputed", [("selective", False), ("attention", False), ("full", True),
+                                              ("off", False)])
 def test_selective_recompute_keeps_attention_outputs(attention, mode, recomputed):
     """Through the harness, on the DreamZero tiny step: backward re-runs the attention kernels
-    under full recompute only; selective keeps their outputs (its save list names them)."""
+    under full recompute only; selective and attention keep their outputs (their save lists name them)."""
     calls = attention_calls_in_backward({"precision": "fp32", "attention": attention, "recompute": mode}, CPU)
     assert (calls > 0) == recomputed

@@ -4,7 +4,9 @@ CUDA-graphed regions inside a checkpointed block working: PT #154306).
 
 Selective keeps the outputs of matmuls and of every attention kernel (SDPA's, FlexAttention's,
 varlen attention's, and compiled regions'), as torchtitan's save list does, and recomputes the
-cheap element-wise ops."""
+cheap element-wise ops. Attention keeps only the attention kernels' outputs: where memory allows
+little more than full recompute (one token-sized tensor a block), the replay skips the attention,
+the costliest op of a long sequence, and recomputes the matmuls."""
 
 from __future__ import annotations
 
@@ -19,26 +21,28 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 from benchbay.knobs.replace import replace_blocks
 from benchbay.workloads.base import ModelParts
 
-_SAVE = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-         torch.ops.aten._scaled_dot_product_efficient_attention.default,
-         torch.ops.aten._scaled_dot_product_flash_attention.default,
-         torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-         torch.ops.aten._scaled_dot_product_attention_math.default,
-         torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
-         torch.ops.torch_attn._varlen_attn.default,
-         higher_order_ops.flex_attention}
+_ATTENTION = {torch.ops.aten._scaled_dot_product_efficient_attention.default,
+              torch.ops.aten._scaled_dot_product_flash_attention.default,
+              torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+              torch.ops.aten._scaled_dot_product_attention_math.default,
+              torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+              torch.ops.torch_attn._varlen_attn.default,
+              higher_order_ops.flex_attention}
+_SAVE = _ATTENTION | {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
 # compiled regions run as one higher-order op where this torch has it (2.10+)
 _SAVE |= {op for op in [getattr(higher_order_ops, "inductor_compiled_code", None)] if op is not None}
+SAVED = {"selective": _SAVE, "attention": _ATTENTION}
 
 
-def _policy(ctx, op, *args, **kwargs):
-    return CheckpointPolicy.MUST_SAVE if op in _SAVE else CheckpointPolicy.PREFER_RECOMPUTE
+def _policy(saved, ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
 
 
 def apply(parts: ModelParts, mode: str, reentrant: bool = False) -> None:
     if mode == "off":
         return
     kwargs = {"checkpoint_impl": CheckpointImpl.REENTRANT if reentrant else CheckpointImpl.NO_REENTRANT}
-    if mode == "selective":
-        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _policy)
+    if mode in SAVED:
+        policy = functools.partial(_policy, SAVED[mode])
+        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, policy)
     replace_blocks(parts, lambda block: checkpoint_wrapper(block, **kwargs))

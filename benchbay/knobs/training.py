@@ -29,8 +29,8 @@ def skip_reason(workload: TrainingWorkload, knobs: dict[str, Any], device: torch
     if knobs["cuda_graph"] not in graphs:
         return (f"cuda_graph={knobs['cuda_graph']}: workload {workload.name} does not support it "
                 f"(supports {', '.join(graphs)})")
-    if knobs["recompute"] == "selective" and knobs["recompute_impl"] == "reentrant":
-        return "recompute=selective needs recompute_impl=non_reentrant (selective checkpoint contexts)"
+    if knobs["recompute"] in recompute.SAVED and knobs["recompute_impl"] == "reentrant":
+        return f"recompute={knobs['recompute']} needs recompute_impl=non_reentrant (selective checkpoint contexts)"
     if knobs["cudnn_benchmark"] and device.type != "cuda":
         return f"cudnn_benchmark=True picks cuDNN's algorithms: it needs a CUDA device (running on {device.type})"
     if knobs["cudnn_benchmark"] and knobs["deterministic"]:

@@ -57,6 +57,13 @@ def _peak_flops() -> float | None:
     return float(tflops) * 1e12 if tflops else None
 
 
+def _price(args, runs) -> float | dict[str, float]:
+    """The GPU-hour price for the cost columns: ``--price-per-gpu-hour``, else each suite's own."""
+    from benchbay.analysis.cost import prices
+
+    return prices(_suite_metas(runs), args.price_per_gpu_hour)
+
+
 def _print_table(frame: pd.DataFrame, title: str) -> None:
     """A display table fitted to the terminal (long texts cut: the full ones are in --export), or
     on a pipe plain lines as wide as they need."""
@@ -181,16 +188,20 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
+    from benchbay.analysis.cost import absent_notes
     from benchbay.analysis.tables import KEY_COLUMNS, device_word, point_summary, sweep_table
     from benchbay.report import display
-    from benchbay.store import export, load_runs
+    from benchbay.store import export, find_runs, load_runs
 
-    df = load_runs(args.runs, args.results)
-    for suite, points in point_summary(df, _peak_flops()).groupby("suite", sort=False):
+    found = find_runs(args.runs, args.results)
+    df = load_runs(found)
+    for suite, points in point_summary(df, _peak_flops(), _price(args, found)).groupby("suite", sort=False):
         runs = ", ".join(sorted(df.loc[df.suite == suite, "run_id"].unique()))
         for workload, group in points.groupby("workload", sort=False):
             table = display(sweep_table(group, KEY_COLUMNS), per=device_word(group))
             _print_table(table, f"{suite}: {workload} ({runs})")
+            for note in absent_notes(group):
+                print(note)
     if args.export:
         console.print(f"exported: {export(df, args.export)} (every column)")
     return 0
@@ -226,19 +237,25 @@ def cmd_report(args) -> int:
     if not SAFE_NAME.fullmatch(named):  # a stored suite name is untrusted: it must not pick the folder
         named = "combined"
     out = Path(args.out or Path("reports") / named)
-    path = build_report(load_runs(runs), out, title=title, suite_meta=metas, peak_flops=_peak_flops())
+    path = build_report(load_runs(runs), out, title=title, suite_meta=metas, peak_flops=_peak_flops(),
+                        price_per_gpu_hour=args.price_per_gpu_hour)
     console.print(f"report: {path} (and {path.with_suffix('.md')})")
     return 0
 
 
 def cmd_compare(args) -> int:
     from benchbay.analysis.compare import compare, format_compare
+    from benchbay.analysis.cost import NO_PRICE
     from benchbay.store import load_runs
 
-    table = compare(load_runs([_one_run(args.baseline, args.results)]),
-                    load_runs([_one_run(args.candidate, args.results)]), min_change=args.min_change / 100,
-                    ignore_knobs=args.ignore_knob)
+    baseline, candidate = _one_run(args.baseline, args.results), _one_run(args.candidate, args.results)
+    price = _price(args, [candidate])
+    price = next(iter(price.values()), None) if isinstance(price, dict) else price
+    table = compare(load_runs([baseline]), load_runs([candidate]), min_change=args.min_change / 100,
+                    ignore_knobs=args.ignore_knob, price_per_gpu_hour=price)
     print(format_compare(table, only_changes=args.only_changes))
+    if price is None:
+        print(f"\n{NO_PRICE}.")
     return 0
 
 
@@ -353,6 +370,11 @@ def _results_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default="results", help="results root (default: results)")
 
 
+def _price_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE",
+                   help="the cost per 1M samples at this GPU-hour price (default: the suite's price_per_gpu_hour)")
+
+
 def _point_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--point", action="append", default=[], metavar="LABEL",
                    help="only the points with this label (repeatable; default: every point)")
@@ -403,12 +425,14 @@ def _results_commands(sub) -> None:
     p.add_argument("runs", nargs="+", help="run folders, run ids, suite names or records.jsonl files")
     _results_argument(p)
     p.add_argument("--export", help="also write the full flat table to a .csv or .parquet file")
+    _price_argument(p)
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("report", help="write the Markdown + HTML report of runs (from the store alone)")
     p.add_argument("runs", nargs="+", help="run folders, run ids, suite names or records.jsonl files")
     _results_argument(p)
     p.add_argument("--out", help="output folder (default: reports/<suite>)")
     p.add_argument("--title")
+    _price_argument(p)
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("history", help="a metric across past runs, with change points flagged")
     p.add_argument("suite", help="a suite name (its folder under the results root)")
@@ -428,6 +452,7 @@ def _gate_commands(sub) -> None:
                    help="smallest change that counts (default 2)")
     p.add_argument("--only-changes", action="store_true", help="leave out points without a real change")
     _ignore_knob_argument(p)
+    _price_argument(p)
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("gate", help="exit 1 on a regression against the stored baseline of this machine")
     p.add_argument("candidate", help="a run (folder, id, or a suite: its newest run)")

@@ -125,7 +125,7 @@ DISPLAY_NAMES = {
     "step_time_cv": "CV", "peak_host_rss_gib": "peak host RSS (GiB)",
     "inflation_change": "inflation vs synthetic [CI]", "most vs best_change": "most vs best workers",
     "noise_floor_change": "noise between processes", "cost_per_m_samples": "cost / 1M samples",
-    "energy_j_per_sample": "J/sample",
+    "energy_j_per_sample": "J/sample", "mfu_peak": "MFU's peak",
 }
 
 
@@ -214,7 +214,7 @@ def _health_blocks(df: pd.DataFrame) -> list[Block]:
     return blocks
 
 
-def _sweep_blocks(points: pd.DataFrame, peak_flops: float | None) -> list[Block]:
+def _sweep_blocks(points: pd.DataFrame) -> list[Block]:
     blocks: list[Block] = [Heading("Sweep", 3)]
     # a suite whose points name different workloads gets one table each: their knobs differ
     for workload, group in points.groupby("workload", sort=False):
@@ -228,11 +228,12 @@ def _sweep_blocks(points: pd.DataFrame, peak_flops: float | None) -> list[Block]
     if points["notes"].str.contains("noisy", regex=False).any():
         blocks.append(Text(f"noisy: the steady steps vary by more than {NOISY_CV:.0%} (CV, standard deviation over "
                            "mean); a difference between such points needs its interval to mean anything."))
-    sources = peak_sources(points.get("env.gpu", []), peak_flops)
+    sources = peak_sources(points)
     if points["mfu"].notna().any() and sources:
         blocks.append(Text("MFU = FLOPs of the trained parts a sample (forward + backward: DreamZero's transformer "
                            "only, its frozen encoders not counted; Wall-X's whole model) x samples/s/GPU / peak; "
-                           "measured peak: " + "; ".join(f"{d}: {s}" for d, s in sources.items())
+                           "the MFU's peak of each point is its column (a GEMM probe of the machine where measured): "
+                           + "; ".join(f"{d}: {s}" for d, s in sources.items())
                            + "; the datasheet column divides by the vendor's dense bf16 figure instead."))
     return blocks
 
@@ -390,8 +391,7 @@ def _scaling_blocks(records: pd.DataFrame, stem: str, out_dir: Path) -> list[Blo
     return [*blocks, Table(display(table))]
 
 
-def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, out_dir: Path,
-                  peak_flops: float | None) -> list[Block]:
+def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, out_dir: Path) -> list[Block]:
     """One suite's sections: ``points`` its point summary, ``records`` its rows of the flat frame."""
     suite = str(points["suite"].iloc[0])
     stem = _slug(suite)
@@ -399,7 +399,7 @@ def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, ou
     if meta.get("description"):
         blocks.append(Text(str(meta["description"])))
     for section in (
-        _sweep_blocks(points, peak_flops),
+        _sweep_blocks(points),
         _batch_blocks(points, _search(meta), stem, out_dir),
         _step_time_blocks(points, stem, out_dir),
         _breakdown_blocks(points, meta, stem, out_dir),
@@ -519,8 +519,7 @@ def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay r
     summary = point_summary(df, peak_flops, prices(metas, price_per_gpu_hour))
     blocks = _overview(df, title)
     for suite, points in summary.groupby("suite", sort=False):
-        blocks += _suite_blocks(points.reset_index(drop=True), df[df["suite"] == suite], metas.get(suite, {}), out_dir,
-                                peak_flops)
+        blocks += _suite_blocks(points.reset_index(drop=True), df[df["suite"] == suite], metas.get(suite, {}), out_dir)
     blocks += _scaling_blocks(df, "scaling", out_dir)  # across suites: one configuration at several sizes
     (out_dir / "report.md").write_text(_markdown(blocks))
     html_path = out_dir / "report.html"

@@ -194,3 +194,39 @@ def test_gemm_probe_is_measured_once_per_machine_key(tmp_path, monkeypatch):
     assert figure["gemm_tflops"] > 0 and figure["gemm_dtype"] == "fp32"
     monkeypatch.setattr(gemm_probe, "probe", lambda *a, **k: pytest.fail("probed again"))
     assert gemm_probe.measured_tflops(torch.device("cpu"), "key1", tmp_path) == figure
+
+
+def test_the_ceiling_is_read_from_the_cache_probed_in_a_child_and_absent_on_cpu_said(tmp_path, monkeypatch):
+    import subprocess
+
+    from benchbay.collect import env, gemm_probe
+
+    assert "no GPU" in env.fingerprint()["gemm_absent"]  # this CPU machine: no probe, said so
+    failed = gemm_probe.ceiling("no-cuda-here", True, tmp_path)  # a real child, which finds no CUDA
+    assert failed["gemm_absent"].startswith("the GEMM probe failed: ")
+    (tmp_path / "gemm-h200.json").write_text('{"gemm_tflops": 812.5, "gemm_dtype": "bf16"}')
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("probed although cached"))
+    assert gemm_probe.ceiling("h200", True, tmp_path) == {"gemm_tflops": 812.5, "gemm_dtype": "bf16"}
+
+
+def test_every_mfu_names_its_peak_the_machines_probe_first():
+    from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column, peak_flops_for, peak_label_column
+
+    achieved = 4e14  # flops_per_sample x samples/s/GPU
+    rows = records_to_frame([
+        {"label": "probed", "env": {"gpu": "NVIDIA H100 80GB HBM3", "gemm_tflops": 800.0}},
+        {"label": "h200 before the probe", "env": {"gpu": "NVIDIA H200"}, "metrics": {"peak_flops": 799e12}},
+        {"label": "h100 before the probe", "env": {"gpu": "NVIDIA H100 80GB HBM3"}},
+        {"label": "cpu", "env": {"gpu": None}},
+    ]).assign(flops_per_sample=1e12, samples_per_s_per_gpu=400.0)
+    assert list(mfu_column(rows).round(4)) == [0.5, round(achieved / 799e12, 4), round(achieved / 989e12, 4)] + [
+        pytest.approx(float("nan"), nan_ok=True)]
+    assert list(peak_label_column(rows)) == ["800 TFLOP/s (GEMM probe)", "799 TFLOP/s (table, measured)",
+                                             "989 TFLOP/s (datasheet)", ""]
+    datasheet = datasheet_mfu_column(rows)
+    assert datasheet[0] == pytest.approx(achieved / 989e12) and datasheet[1] == pytest.approx(achieved / 989e12)
+    assert datasheet[2:].isna().all()  # the measured MFU is already the datasheet's, or there is none
+    assert list(peak_label_column(rows, 5e14))[:3] == ["500 TFLOP/s (override)"] * 3
+    assert peak_flops_for("NVIDIA H200", None, 812.5) == 812.5e12  # the runner's denominator
+    summary = point_summary(rows.assign(suite="s", point_id=rows["label"], status="ok", workload="w"))
+    assert list(sweep_table(summary, KEY_COLUMNS)["mfu_peak"])[:3] == list(peak_label_column(rows))[:3]

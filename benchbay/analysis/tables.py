@@ -23,7 +23,7 @@ from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.cost import COST, FIGURES, cost_column, say_absent
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
-from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column
+from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column, peak_label_column
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
@@ -83,6 +83,7 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
         for m in ("step_time_s", "step_time_cv"):
             out[m] = ok[m].median() if m in ok else np.nan
     out["step_time_mean_s"] = out["step_time_s"]  # the name the loader tables read
+    out["mfu_peak"] = _first_valid(ok["mfu_peak"]) if "mfu_peak" in ok else None
     for m in MAX_METRICS:
         out[m] = figures[m].max() if m in figures else np.nan
     warmups = [detect_warmup(r["step_times_s"]) for _, r in ok.iterrows()
@@ -131,7 +132,8 @@ def point_summary(df: pd.DataFrame, peak_flops: float | None = None,
     """
     if df.empty:
         return pd.DataFrame()
-    df = df.assign(mfu=mfu_column(df, peak_flops), mfu_datasheet=datasheet_mfu_column(df))
+    df = df.assign(mfu=mfu_column(df, peak_flops), mfu_peak=peak_label_column(df, peak_flops),
+                   mfu_datasheet=datasheet_mfu_column(df, peak_flops))
     knobs, params = knob_columns(df), param_columns(df)
     extras = [c for c in df.columns if c.startswith("extra.")]
     carried = [c for c in (*IDENTITY, *params, *knobs, *extras) if c in df.columns]
@@ -169,12 +171,13 @@ def suite_varying(summary: pd.DataFrame, suite: str) -> list[str]:
 #: the sweep table's columns, in display order (the knobs and params that vary follow them)
 SWEEP_COLUMNS = ("name", "status", "repeats", "step_time_s", "step_time_p10_s", "step_time_p90_s", "step_time_cv",
                  "samples_per_s_per_gpu", *FIGURES, "peak_mem_allocated_gib", "peak_mem_reserved_gib",
-                 "peak_host_rss_gib", "mfu", "mfu_datasheet", "fidelity", "warmup_detected", "notes", "reason")
+                 "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "warmup_detected", "notes",
+                 "reason")
 #: a decoder point's sweep row: its figures are its latency and CPU (the report's Decoders section)
 DECODE_SWEEP_COLUMNS = ("name", "status", "repeats", "peak_host_rss_gib", "notes", "reason")
 #: the key figures, for a terminal
 KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", *FIGURES, "peak_mem_allocated_gib",
-               "peak_host_rss_gib", "mfu", "mfu_datasheet", "fidelity", "notes", "reason")
+               "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "notes", "reason")
 
 
 def sweep_table(points: pd.DataFrame, columns: Sequence[str] = SWEEP_COLUMNS) -> pd.DataFrame:

@@ -154,10 +154,31 @@ def cmd_run(args) -> int:
     return 0 if args.allow_failures else 1
 
 
+def _regressed(run: Path, baseline_name: str | None, results: str) -> list[str]:
+    """The labels of the points the gate finds regressed in ``run`` against its baseline."""
+    from benchbay.analysis.diff_pointer import regressed_labels
+    from benchbay.analysis.gate import gate
+    from benchbay.store import load_runs, read_manifest
+
+    baseline = _baseline(run, baseline_name, results)
+    if baseline is None:
+        raise FileNotFoundError(f"--from-gate {run}: no baseline to gate it against (benchbay baseline save)")
+    thresholds = read_manifest(run).get("suite_as_run", {}).get("gate") or None
+    return regressed_labels(gate(load_runs([baseline]), load_runs([run]), thresholds).checks)
+
+
 def cmd_profile(args) -> int:
     from benchbay.profiling import profile_points
 
-    run = profile_points(_suite(args), args.point, args.results, peak_flops=_peak_flops())
+    labels = list(args.point)
+    if args.from_gate:
+        regressed = _regressed(_one_run(args.from_gate, args.results), args.baseline, args.results)
+        if not regressed:
+            console.print(f"{args.from_gate}: the gate finds no regressed labelled point: nothing to profile")
+            return 0
+        console.print(f"profiling the regressed points: {', '.join(regressed)}")
+        labels += regressed
+    run = profile_points(_suite(args), labels, args.results, peak_flops=_peak_flops())
     console.print(f"profiles: {run / 'profiles'} (records: {run})")
     return 0
 
@@ -246,6 +267,7 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from benchbay.analysis.compare import compare, format_compare
     from benchbay.analysis.cost import NO_PRICE
+    from benchbay.analysis.diff_pointer import diff_pointers, format_pointers
     from benchbay.store import load_runs
 
     baseline, candidate = _one_run(args.baseline, args.results), _one_run(args.candidate, args.results)
@@ -253,7 +275,8 @@ def cmd_compare(args) -> int:
     price = next(iter(price.values()), None) if isinstance(price, dict) else price
     table = compare(load_runs([baseline]), load_runs([candidate]), min_change=args.min_change / 100,
                     ignore_knobs=args.ignore_knob, price_per_gpu_hour=price)
-    print(format_compare(table, only_changes=args.only_changes))
+    print(format_compare(table, only_changes=args.only_changes)
+          + format_pointers(diff_pointers(table, baseline, candidate, args.results)))
     if price is None:
         print(f"\n{NO_PRICE}.")
     return 0
@@ -272,15 +295,26 @@ def _loss_checks(df, specs: list[str]):
     return checks
 
 
-def cmd_gate(args) -> int:
-    from benchbay.analysis.gate import format_no_baseline, gate
+def _baseline(run: Path, name: str | None, results: str) -> Path | None:
+    """The baseline a run is gated against: ``name`` as a folder, else by name on the run's machine."""
     from benchbay.baselines import find_baseline, run_machine_key
+    from benchbay.store import read_manifest
+
+    suite = read_manifest(run).get("suite")
+    if name and Path(name).is_dir():
+        return Path(name)
+    return find_baseline(results, run_machine_key(run), name=name or suite, suite=suite)
+
+
+def cmd_gate(args) -> int:
+    from benchbay.analysis.diff_pointer import diff_pointers, format_pointers
+    from benchbay.analysis.gate import format_no_baseline, gate
+    from benchbay.baselines import run_machine_key
     from benchbay.store import load_runs, read_manifest
 
     run = _one_run(args.candidate, args.results)
     manifest = read_manifest(run)
-    baseline = Path(args.baseline) if args.baseline and Path(args.baseline).is_dir() else find_baseline(
-        args.results, run_machine_key(run), name=args.baseline or manifest.get("suite"), suite=manifest.get("suite"))
+    baseline = _baseline(run, args.baseline, args.results)
     if baseline is None:
         text = format_no_baseline(run_machine_key(run), args.baseline or manifest.get("suite"),
                                   Path(args.results) / "baselines", args.require_baseline)
@@ -290,7 +324,8 @@ def cmd_gate(args) -> int:
         thresholds = args.threshold or manifest.get("suite_as_run", {}).get("gate") or None
         result = gate(load_runs([baseline]), candidate, thresholds,
                       loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob)
-        text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown}"
+        text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown.rstrip()}"
+        text += format_pointers(diff_pointers(result.checks, baseline, run, args.results))
         exit_code = result.exit_code
     print(text)
     if args.markdown:
@@ -370,6 +405,11 @@ def _results_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default="results", help="results root (default: results)")
 
 
+def _baseline_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline", help="baseline name under results/baselines/<machine-key>/ or a folder "
+                   "(default: the suite's name)")
+
+
 def _price_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE",
                    help="the cost per 1M samples at this GPU-hour price (default: the suite's price_per_gpu_hour)")
@@ -413,6 +453,9 @@ def _suite_commands(sub) -> None:
     _suite_arguments(p)
     _point_argument(p)
     _results_argument(p)
+    p.add_argument("--from-gate", metavar="RUN", help="also the points the gate finds regressed in RUN (a run, "
+                   "or a suite: its newest run), so that `benchbay diff` can explain them")
+    _baseline_argument(p)
     p.set_defaults(func=cmd_profile)
     p = sub.add_parser("list", help="suites, workloads and knobs")
     p.add_argument("--suites", default="suites", help="folder of suite files (default: suites)")
@@ -457,8 +500,7 @@ def _gate_commands(sub) -> None:
     p = sub.add_parser("gate", help="exit 1 on a regression against the stored baseline of this machine")
     p.add_argument("candidate", help="a run (folder, id, or a suite: its newest run)")
     _results_argument(p)
-    p.add_argument("--baseline", help="baseline name under results/baselines/<machine-key>/ or a folder "
-                   "(default: the suite's name)")
+    _baseline_argument(p)
     p.add_argument("--threshold", action="append", default=[], metavar="[KEY=PATTERN/]METRIC[:STAT]:N%",
                    help="e.g. step_time:median:5%%, peak_mem:2%%, label=+compile/step_time:3%% "
                    "(default: the suite's gate list)")

@@ -265,20 +265,24 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    import pandas as pd
+
     from benchbay.analysis.compare import compare, format_compare
-    from benchbay.analysis.cost import NO_PRICE
+    from benchbay.analysis.cost import NO_PRICE, energy_note
     from benchbay.analysis.diff_pointer import diff_pointers, format_pointers
     from benchbay.store import load_runs
 
     baseline, candidate = _one_run(args.baseline, args.results), _one_run(args.candidate, args.results)
     price = _price(args, [candidate])
     price = next(iter(price.values()), None) if isinstance(price, dict) else price
-    table = compare(load_runs([baseline]), load_runs([candidate]), min_change=args.min_change / 100,
-                    ignore_knobs=args.ignore_knob, price_per_gpu_hour=price)
+    frames = load_runs([baseline]), load_runs([candidate])
+    table = compare(*frames, min_change=args.min_change / 100, ignore_knobs=args.ignore_knob,
+                    price_per_gpu_hour=price)
     print(format_compare(table, only_changes=args.only_changes)
           + format_pointers(diff_pointers(table, baseline, candidate, args.results)))
-    if price is None:
-        print(f"\n{NO_PRICE}.")
+    for note in (None if price is not None else NO_PRICE, energy_note(pd.concat(frames))):  # neither side's
+        if note:
+            print(f"\n{note}.")
     return 0
 
 

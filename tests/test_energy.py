@@ -179,6 +179,10 @@ def test_show_report_and_compare_take_the_suites_price_or_the_command_lines(tmp_
     assert "cost_per_m_samples" in capsys.readouterr().out
     assert main(["compare", str(a), str(b)]) == 0
     assert NO_PRICE in capsys.readouterr().out
+    plain = _store(tmp_path, "r3", energy=False)
+    assert main(["compare", str(plain), str(plain), "--price-per-gpu-hour", "2"]) == 0
+    out = capsys.readouterr().out
+    assert NO_PRICE not in out and "energy per sample: absent (RAPL" in out
     assert main(["report", str(a), "--out", str(tmp_path / "report")]) == 0
     assert "cost / 1M samples" in (tmp_path / "report" / "report.md").read_text()
     assert main(["show", str(a), "--price-per-gpu-hour", "-1"]) == 2

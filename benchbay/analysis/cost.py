@@ -73,12 +73,15 @@ def present(frame: pd.DataFrame) -> list[str]:
     return [c for c in FIGURES if c in frame and frame[c].map(lambda v: not is_missing(v)).any()]
 
 
+def energy_note(rows: pd.DataFrame) -> str | None:
+    """Why none of the rows (points or records) has an energy figure; None when one has."""
+    if "energy_j_per_sample" in present(rows):
+        return None
+    reasons = rows["extra.energy_absent"].dropna().unique() if "extra.energy_absent" in rows else []
+    return "energy per sample: " + (f"absent ({'; '.join(map(str, reasons))})" if len(reasons)
+                                    else "not recorded (records from before the energy meter)")
+
+
 def absent_notes(points: pd.DataFrame) -> list[str]:
     """A sentence for each per-sample figure none of the points has, saying why."""
-    shown = present(points)
-    notes = [] if COST in shown else [NO_PRICE]
-    if "energy_j_per_sample" not in shown:
-        reasons = points["extra.energy_absent"].dropna().unique() if "extra.energy_absent" in points else []
-        notes.append("energy per sample: " + (f"absent ({'; '.join(map(str, reasons))})" if len(reasons)
-                                              else "not recorded (records from before the energy meter)"))
-    return notes
+    return [note for note in (None if COST in present(points) else NO_PRICE, energy_note(points)) if note]

@@ -57,6 +57,13 @@ def _peak_flops() -> float | None:
     return float(tflops) * 1e12 if tflops else None
 
 
+def _price(args, runs) -> float | dict[str, float]:
+    """The GPU-hour price for the cost columns: ``--price-per-gpu-hour``, else each suite's own."""
+    from benchbay.analysis.cost import prices
+
+    return prices(_suite_metas(runs), args.price_per_gpu_hour)
+
+
 def _print_table(frame: pd.DataFrame, title: str) -> None:
     """A display table fitted to the terminal (long texts cut: the full ones are in --export), or
     on a pipe plain lines as wide as they need."""
@@ -147,10 +154,31 @@ def cmd_run(args) -> int:
     return 0 if args.allow_failures else 1
 
 
+def _regressed(run: Path, baseline_name: str | None, results: str) -> list[str]:
+    """The labels of the points the gate finds regressed in ``run`` against its baseline."""
+    from benchbay.analysis.diff_pointer import regressed_labels
+    from benchbay.analysis.gate import gate
+    from benchbay.store import load_runs, read_manifest
+
+    baseline = _baseline(run, baseline_name, results)
+    if baseline is None:
+        raise FileNotFoundError(f"--from-gate {run}: no baseline to gate it against (benchbay baseline save)")
+    thresholds = read_manifest(run).get("suite_as_run", {}).get("gate") or None
+    return regressed_labels(gate(load_runs([baseline]), load_runs([run]), thresholds).checks)
+
+
 def cmd_profile(args) -> int:
     from benchbay.profiling import profile_points
 
-    run = profile_points(_suite(args), args.point, args.results, peak_flops=_peak_flops())
+    labels = list(args.point)
+    if args.from_gate:
+        regressed = _regressed(_one_run(args.from_gate, args.results), args.baseline, args.results)
+        if not regressed:
+            console.print(f"{args.from_gate}: the gate finds no regressed labelled point: nothing to profile")
+            return 0
+        console.print(f"profiling the regressed points: {', '.join(regressed)}")
+        labels += regressed
+    run = profile_points(_suite(args), labels, args.results, peak_flops=_peak_flops())
     console.print(f"profiles: {run / 'profiles'} (records: {run})")
     return 0
 
@@ -181,16 +209,20 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
+    from benchbay.analysis.cost import absent_notes
     from benchbay.analysis.tables import KEY_COLUMNS, device_word, point_summary, sweep_table
     from benchbay.report import display
-    from benchbay.store import export, load_runs
+    from benchbay.store import export, find_runs, load_runs
 
-    df = load_runs(args.runs, args.results)
-    for suite, points in point_summary(df, _peak_flops()).groupby("suite", sort=False):
+    found = find_runs(args.runs, args.results)
+    df = load_runs(found)
+    for suite, points in point_summary(df, _peak_flops(), _price(args, found)).groupby("suite", sort=False):
         runs = ", ".join(sorted(df.loc[df.suite == suite, "run_id"].unique()))
         for workload, group in points.groupby("workload", sort=False):
             table = display(sweep_table(group, KEY_COLUMNS), per=device_word(group))
             _print_table(table, f"{suite}: {workload} ({runs})")
+            for note in absent_notes(group):
+                print(note)
     if args.export:
         console.print(f"exported: {export(df, args.export)} (every column)")
     return 0
@@ -226,19 +258,31 @@ def cmd_report(args) -> int:
     if not SAFE_NAME.fullmatch(named):  # a stored suite name is untrusted: it must not pick the folder
         named = "combined"
     out = Path(args.out or Path("reports") / named)
-    path = build_report(load_runs(runs), out, title=title, suite_meta=metas, peak_flops=_peak_flops())
+    path = build_report(load_runs(runs), out, title=title, suite_meta=metas, peak_flops=_peak_flops(),
+                        price_per_gpu_hour=args.price_per_gpu_hour)
     console.print(f"report: {path} (and {path.with_suffix('.md')})")
     return 0
 
 
 def cmd_compare(args) -> int:
+    import pandas as pd
+
     from benchbay.analysis.compare import compare, format_compare
+    from benchbay.analysis.cost import NO_PRICE, energy_note
+    from benchbay.analysis.diff_pointer import diff_pointers, format_pointers
     from benchbay.store import load_runs
 
-    table = compare(load_runs([_one_run(args.baseline, args.results)]),
-                    load_runs([_one_run(args.candidate, args.results)]), min_change=args.min_change / 100,
-                    ignore_knobs=args.ignore_knob)
-    print(format_compare(table, only_changes=args.only_changes))
+    baseline, candidate = _one_run(args.baseline, args.results), _one_run(args.candidate, args.results)
+    price = _price(args, [candidate])
+    price = next(iter(price.values()), None) if isinstance(price, dict) else price
+    frames = load_runs([baseline]), load_runs([candidate])
+    table = compare(*frames, min_change=args.min_change / 100, ignore_knobs=args.ignore_knob,
+                    price_per_gpu_hour=price)
+    print(format_compare(table, only_changes=args.only_changes)
+          + format_pointers(diff_pointers(table, baseline, candidate, args.results)))
+    for note in (None if price is not None else NO_PRICE, energy_note(pd.concat(frames))):  # neither side's
+        if note:
+            print(f"\n{note}.")
     return 0
 
 
@@ -255,15 +299,26 @@ def _loss_checks(df, specs: list[str]):
     return checks
 
 
-def cmd_gate(args) -> int:
-    from benchbay.analysis.gate import format_no_baseline, gate
+def _baseline(run: Path, name: str | None, results: str) -> Path | None:
+    """The baseline a run is gated against: ``name`` as a folder, else by name on the run's machine."""
     from benchbay.baselines import find_baseline, run_machine_key
+    from benchbay.store import read_manifest
+
+    suite = read_manifest(run).get("suite")
+    if name and Path(name).is_dir():
+        return Path(name)
+    return find_baseline(results, run_machine_key(run), name=name or suite, suite=suite)
+
+
+def cmd_gate(args) -> int:
+    from benchbay.analysis.diff_pointer import diff_pointers, format_pointers
+    from benchbay.analysis.gate import format_no_baseline, gate
+    from benchbay.baselines import run_machine_key
     from benchbay.store import load_runs, read_manifest
 
     run = _one_run(args.candidate, args.results)
     manifest = read_manifest(run)
-    baseline = Path(args.baseline) if args.baseline and Path(args.baseline).is_dir() else find_baseline(
-        args.results, run_machine_key(run), name=args.baseline or manifest.get("suite"), suite=manifest.get("suite"))
+    baseline = _baseline(run, args.baseline, args.results)
     if baseline is None:
         text = format_no_baseline(run_machine_key(run), args.baseline or manifest.get("suite"),
                                   Path(args.results) / "baselines", args.require_baseline)
@@ -273,7 +328,8 @@ def cmd_gate(args) -> int:
         thresholds = args.threshold or manifest.get("suite_as_run", {}).get("gate") or None
         result = gate(load_runs([baseline]), candidate, thresholds,
                       loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob)
-        text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown}"
+        text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown.rstrip()}"
+        text += format_pointers(diff_pointers(result.checks, baseline, run, args.results))
         exit_code = result.exit_code
     print(text)
     if args.markdown:
@@ -353,6 +409,16 @@ def _results_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default="results", help="results root (default: results)")
 
 
+def _baseline_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline", help="baseline name under results/baselines/<machine-key>/ or a folder "
+                   "(default: the suite's name)")
+
+
+def _price_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE",
+                   help="the cost per 1M samples at this GPU-hour price (default: the suite's price_per_gpu_hour)")
+
+
 def _point_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--point", action="append", default=[], metavar="LABEL",
                    help="only the points with this label (repeatable; default: every point)")
@@ -391,6 +457,9 @@ def _suite_commands(sub) -> None:
     _suite_arguments(p)
     _point_argument(p)
     _results_argument(p)
+    p.add_argument("--from-gate", metavar="RUN", help="also the points the gate finds regressed in RUN (a run, "
+                   "or a suite: its newest run), so that `benchbay diff` can explain them")
+    _baseline_argument(p)
     p.set_defaults(func=cmd_profile)
     p = sub.add_parser("list", help="suites, workloads and knobs")
     p.add_argument("--suites", default="suites", help="folder of suite files (default: suites)")
@@ -403,12 +472,14 @@ def _results_commands(sub) -> None:
     p.add_argument("runs", nargs="+", help="run folders, run ids, suite names or records.jsonl files")
     _results_argument(p)
     p.add_argument("--export", help="also write the full flat table to a .csv or .parquet file")
+    _price_argument(p)
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("report", help="write the Markdown + HTML report of runs (from the store alone)")
     p.add_argument("runs", nargs="+", help="run folders, run ids, suite names or records.jsonl files")
     _results_argument(p)
     p.add_argument("--out", help="output folder (default: reports/<suite>)")
     p.add_argument("--title")
+    _price_argument(p)
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("history", help="a metric across past runs, with change points flagged")
     p.add_argument("suite", help="a suite name (its folder under the results root)")
@@ -428,12 +499,12 @@ def _gate_commands(sub) -> None:
                    help="smallest change that counts (default 2)")
     p.add_argument("--only-changes", action="store_true", help="leave out points without a real change")
     _ignore_knob_argument(p)
+    _price_argument(p)
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("gate", help="exit 1 on a regression against the stored baseline of this machine")
     p.add_argument("candidate", help="a run (folder, id, or a suite: its newest run)")
     _results_argument(p)
-    p.add_argument("--baseline", help="baseline name under results/baselines/<machine-key>/ or a folder "
-                   "(default: the suite's name)")
+    _baseline_argument(p)
     p.add_argument("--threshold", action="append", default=[], metavar="[KEY=PATTERN/]METRIC[:STAT]:N%",
                    help="e.g. step_time:median:5%%, peak_mem:2%%, label=+compile/step_time:3%% "
                    "(default: the suite's gate list)")

@@ -26,6 +26,7 @@ import pandas as pd
 
 from benchbay.analysis import data_loading, plots
 from benchbay.analysis.breakdown import leave_one_out, waterfall
+from benchbay.analysis.cost import absent_notes, prices
 from benchbay.analysis.frame import is_missing
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL
 from benchbay.analysis.mfu import peak_sources
@@ -123,7 +124,8 @@ DISPLAY_NAMES = {
     "max_abs_diff": "max abs diff from first", "max_rel_diff": "max rel diff", "within_tolerance": "within tolerance",
     "step_time_cv": "CV", "peak_host_rss_gib": "peak host RSS (GiB)",
     "inflation_change": "inflation vs synthetic [CI]", "most vs best_change": "most vs best workers",
-    "noise_floor_change": "noise between processes",
+    "noise_floor_change": "noise between processes", "cost_per_m_samples": "cost / 1M samples",
+    "energy_j_per_sample": "J/sample", "mfu_peak": "MFU's peak",
 }
 
 
@@ -149,7 +151,7 @@ def display(table: pd.DataFrame, per: str = "GPU") -> pd.DataFrame:
     """A table as display strings: intervals folded, numbers formatted, index as columns, names;
     ``per``: what a rate is per ("GPU", or "device" for points run on CPU)."""
     table = _with_intervals(table.reset_index() if table.index.name or table.index.nlevels > 1 else table)
-    names = {**DISPLAY_NAMES, "samples_per_s_per_gpu": f"samples/s/{per}"}
+    names = {**DISPLAY_NAMES, "samples_per_s_per_gpu": f"samples/s/{per}", "energy_watts": f"W/{per}"}
     out = pd.DataFrame(index=range(len(table)))
     for column in table.columns:
         fmt = _formatter(column)
@@ -212,22 +214,26 @@ def _health_blocks(df: pd.DataFrame) -> list[Block]:
     return blocks
 
 
-def _sweep_blocks(points: pd.DataFrame, peak_flops: float | None) -> list[Block]:
+def _sweep_blocks(points: pd.DataFrame) -> list[Block]:
     blocks: list[Block] = [Heading("Sweep", 3)]
     # a suite whose points name different workloads gets one table each: their knobs differ
     for workload, group in points.groupby("workload", sort=False):
         caption = f"workload {workload}" if points["workload"].nunique() > 1 else ""
         # a decoder's figures are its latency and CPU (the Decoders section), not a training step's
-        columns = DECODE_SWEEP_COLUMNS if len(plots.decoder_points(group)) else SWEEP_COLUMNS
+        decoders = len(plots.decoder_points(group)) > 0
+        columns = DECODE_SWEEP_COLUMNS if decoders else SWEEP_COLUMNS
         blocks.append(Table(display(sweep_table(group, columns), per=device_word(group)), caption))
+        if not decoders:
+            blocks += [Text(note + ".") for note in absent_notes(group)]
     if points["notes"].str.contains("noisy", regex=False).any():
         blocks.append(Text(f"noisy: the steady steps vary by more than {NOISY_CV:.0%} (CV, standard deviation over "
                            "mean); a difference between such points needs its interval to mean anything."))
-    sources = peak_sources(points.get("env.gpu", []), peak_flops)
+    sources = peak_sources(points)
     if points["mfu"].notna().any() and sources:
         blocks.append(Text("MFU = FLOPs of the trained parts a sample (forward + backward: DreamZero's transformer "
                            "only, its frozen encoders not counted; Wall-X's whole model) x samples/s/GPU / peak; "
-                           "measured peak: " + "; ".join(f"{d}: {s}" for d, s in sources.items())
+                           "the MFU's peak of each point is its column (a GEMM probe of the machine where measured): "
+                           + "; ".join(f"{d}: {s}" for d, s in sources.items())
                            + "; the datasheet column divides by the vendor's dense bf16 figure instead."))
     return blocks
 
@@ -385,8 +391,7 @@ def _scaling_blocks(records: pd.DataFrame, stem: str, out_dir: Path) -> list[Blo
     return [*blocks, Table(display(table))]
 
 
-def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, out_dir: Path,
-                  peak_flops: float | None) -> list[Block]:
+def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, out_dir: Path) -> list[Block]:
     """One suite's sections: ``points`` its point summary, ``records`` its rows of the flat frame."""
     suite = str(points["suite"].iloc[0])
     stem = _slug(suite)
@@ -394,7 +399,7 @@ def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, ou
     if meta.get("description"):
         blocks.append(Text(str(meta["description"])))
     for section in (
-        _sweep_blocks(points, peak_flops),
+        _sweep_blocks(points),
         _batch_blocks(points, _search(meta), stem, out_dir),
         _step_time_blocks(points, stem, out_dir),
         _breakdown_blocks(points, meta, stem, out_dir),
@@ -498,22 +503,23 @@ def _html_table(frame: pd.DataFrame, caption: str) -> str:
 
 
 def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay report",
-                 suite_meta: Mapping | None = None, peak_flops: float | None = None) -> Path:
+                 suite_meta: Mapping | None = None, peak_flops: float | None = None,
+                 price_per_gpu_hour: float | None = None) -> Path:
     """Write ``report.md``, ``report.html`` and the PNGs into ``out_dir``; return the HTML's path.
 
     ``df`` is the flattened results frame (``benchbay.analysis.frame.records_to_frame``).
-    ``peak_flops`` (FLOP/s) forces the MFU denominator for every point.
+    ``peak_flops`` (FLOP/s) forces the MFU denominator for every point; ``price_per_gpu_hour``
+    the price of the cost per 1M samples (else each suite's ``price_per_gpu_hour``).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if df.empty:
         raise ValueError("no records to report")
-    summary = point_summary(df, peak_flops)
     metas = _suite_metas(suite_meta)
+    summary = point_summary(df, peak_flops, prices(metas, price_per_gpu_hour))
     blocks = _overview(df, title)
     for suite, points in summary.groupby("suite", sort=False):
-        blocks += _suite_blocks(points.reset_index(drop=True), df[df["suite"] == suite], metas.get(suite, {}), out_dir,
-                                peak_flops)
+        blocks += _suite_blocks(points.reset_index(drop=True), df[df["suite"] == suite], metas.get(suite, {}), out_dir)
     blocks += _scaling_blocks(df, "scaling", out_dir)  # across suites: one configuration at several sizes
     (out_dir / "report.md").write_text(_markdown(blocks))
     html_path = out_dir / "report.html"

@@ -127,8 +127,8 @@ class SuiteRunner:
             outcome = self.launcher.run(self.spec(point, repeat), self.scratch / f"{point.point_id}-{repeat}")
         env = outcome.env or self.env  # a Slurm job's node, not the submitting host
         gpu = env.get("gpu")
-        metrics = {**outcome.metrics, **derived_metrics(outcome.metrics, outcome.extra, self.launch.world_size,
-                                                        peak_flops_for(gpu, self.peak_flops) if gpu else None)}
+        peak = peak_flops_for(gpu, self.peak_flops, env.get("gemm_tflops")) if gpu else None
+        metrics = {**outcome.metrics, **derived_metrics(outcome.metrics, outcome.extra, self.launch.world_size, peak)}
         traceback = {"traceback": outcome.traceback} if outcome.traceback else {}
         record = Record(
             suite=self.suite.name, run_id=self.run.name, point_id=point.point_id, label=point.label, repeat=repeat,

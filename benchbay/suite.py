@@ -132,6 +132,7 @@ class Suite:
     breakdown: list[str] = field(default_factory=list)
     gate: list[str] = field(default_factory=list)
     profile: list[str] = field(default_factory=list)  # labels of points to run under the profiler
+    price_per_gpu_hour: float | None = None  # the tables' cost per 1M samples (benchbay.analysis.cost)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -216,7 +217,8 @@ def _apply_override(raw: dict[str, Any], item: str, file: str) -> None:
 COMPILE_CACHES = ("point", "run")
 
 _TOP_KEYS = {"name", "description", "workload", "knobs", "sweep", "steps", "repeats", "timeout", "compile_cache",
-             "devices", "breakdown", "gate", "profile", "equivalent", "equivalent_tolerance"}
+             "devices", "breakdown", "gate", "profile", "equivalent", "equivalent_tolerance",
+             "price_per_gpu_hour"}
 
 
 def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
@@ -245,6 +247,7 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
     devices = v.devices(raw.get("devices", {}))
     repeats = v.positive(raw, "repeats", int, 1)
     timeout = v.positive(raw, "timeout", (int, float), 600)
+    price = v.positive(raw, "price_per_gpu_hour", (int, float), None)
     compile_cache = raw.get("compile_cache", "point")
     if compile_cache not in COMPILE_CACHES:
         v.error("compile_cache", f"one of {list(COMPILE_CACHES)}, got {compile_cache!r}")
@@ -274,7 +277,8 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
     suite = Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
                   params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,
                   steps=steps, repeats=repeats, timeout=float(timeout), compile_cache=compile_cache, devices=devices,
-                  breakdown=breakdown, gate=gate, profile=profile, raw=raw)
+                  breakdown=breakdown, gate=gate, profile=profile,
+                  price_per_gpu_hour=None if price is None else float(price), raw=raw)
     if search is None:  # a search collapses points that differ only in the searched knob, on purpose
         v.distinct_points(suite)
     v.raise_if_any()

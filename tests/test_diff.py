@@ -1,5 +1,8 @@
 import json
+import re
+import shlex
 
+import numpy as np
 import pytest
 
 from benchbay.analysis.diff import diff, family, profiled_record, write_diff
@@ -61,3 +64,75 @@ def test_cli_writes_markdown_html_and_plot(tmp_path, capsys):
     with pytest.raises(ValueError, match="no ok profiled record"):
         profiled_record(a, "missing")
     assert write_diff(diff(profiled_record(a, None), profiled_record(b, None)), tmp_path / "o2").exists()
+
+
+# ---- gate and compare point to the diff; profile --from-gate -------------------------------------
+
+ENV = {"machine_key": "h200-key", "gpu": "H200", "driver": "580", "cuda": "13.0", "torch": "2.11.0"}
+
+
+def _measured(suite, run_id, commit, slow=0.0, labels=("p", "q")):
+    """Records of a two-point suite, 3 repeats of 30 steps; the point ``p`` ``slow`` times slower."""
+    rng = np.random.default_rng(len(run_id))
+    out = []
+    for label in labels:
+        for repeat in range(3):
+            times = 0.1 * (1 + (slow if label == "p" else 0.0)) * (1 + rng.normal(0, 0.004, 30))
+            out.append({"suite": suite, "run_id": run_id, "point_id": label, "label": label, "repeat": repeat,
+                        "workload": "toy", "params": {}, "knobs": {"opt": label}, "status": "ok", "world_size": 1,
+                        "metrics": {"step_time_s": float(np.median(times)), "warmup_steps": 0, "measured_steps": 30},
+                        "series": {"step_times_s": times.tolist()}, "env": {**ENV, "git_commit": commit}})
+    return out
+
+
+def _write(root, records):
+    run = root / records[0]["suite"] / records[0]["run_id"]
+    run.mkdir(parents=True)
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "manifest.json").write_text(json.dumps({"suite": records[0]["suite"], "run_id": records[0]["run_id"],
+                                                   "env": {**ENV, "git_commit": records[0]["env"]["git_commit"]}}))
+    return run
+
+
+def _profile(root, commit, run_id, step):
+    record = _record("p", step, step / 2, step / 3)
+    record.update(suite="toy-profile", run_id=run_id, env={**ENV, "git_commit": commit})
+    return _write(root, [record])
+
+
+def test_gate_and_compare_point_a_regression_to_the_exact_diff_of_its_profiles(tmp_path, capsys):
+    from benchbay.analysis.diff_pointer import find_profile
+
+    base = _write(tmp_path, _measured("toy", "r1", "c1"))
+    cand = _write(tmp_path, _measured("toy", "r2", "c2", slow=0.3))
+    _profile(tmp_path, "c1", "p1", 0.10)
+    assert main(["gate", str(cand), "--baseline", str(base), "--results", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "- p: no profile of the candidate" in out and "--from-gate" in out  # only the baseline was profiled
+    assert "- q:" not in out  # not regressed
+    cand_profile = _profile(tmp_path, "c2", "p2", 0.13)
+    _profile(tmp_path, "other-commit", "p3", 0.2)  # newer, but of another commit: not this run's code
+    assert find_profile(cand, "p", tmp_path) == cand_profile
+    assert main(["compare", str(base), str(cand), "--results", str(tmp_path)]) == 0
+    command = re.search(r"`(benchbay diff [^`]+)`", capsys.readouterr().out).group(1)
+    assert command == (f"benchbay diff {tmp_path / 'toy-profile' / 'p1'} {cand_profile} --label-a p --label-b p")
+    assert main(shlex.split(command)[1:]) == 0  # the command runs as written
+    assert "| backward |" in capsys.readouterr().out
+
+
+def test_profile_from_gate_profiles_the_regressed_points(tmp_path, monkeypatch, capsys):
+    from benchbay import profiling
+
+    suite = tmp_path / "toy.yaml"
+    suite.write_text("name: toy\nworkload: tests.fixtures.tinywork:Tiny\nsweep:\n  points:\n"
+                     "    - {label: p, mbs: 1}\n    - {label: q, mbs: 2}\n")
+    asked = []
+    monkeypatch.setattr(profiling, "profile_points", lambda suite, labels, *a, **k: asked.append(labels) or tmp_path)
+    base = _write(tmp_path, _measured("toy", "r1", "c1"))
+    quiet = _write(tmp_path, _measured("toy", "r2", "c1"))
+    slow = _write(tmp_path, _measured("toy", "r3", "c2", slow=0.3))
+    assert main(["profile", str(suite), "--from-gate", str(quiet), "--baseline", str(base)]) == 0
+    assert asked == [] and "nothing to profile" in capsys.readouterr().out
+    assert main(["profile", str(suite), "--from-gate", str(slow), "--baseline", str(base)]) == 0
+    assert asked == [["p"]]
+    assert main(["profile", str(suite), "--from-gate", str(slow), "--results", str(tmp_path / "none")]) == 2

@@ -179,6 +179,91 @@ def test_workload_lerobot_mode_records_cache_hits_and_frames_per_core(pair):
     json.dumps(extra)
 
 
+# ---- cross-check: benchbay against a plain loop of our own over the same v3.0 files ------------------
+
+def _plain_views(root, requests):
+    """Where a plain reader finds each request's frames, from the metadata alone: the file from
+    info.json's video_path and the episode's chunk and file index, the timestamps shifted by the
+    episode's from_timestamp in that file."""
+    info = json.loads((root / "meta" / "info.json").read_text())
+    episodes = pd.concat(pd.read_parquet(p) for p in sorted((root / "meta" / "episodes").rglob("*.parquet")))
+    episodes = episodes.set_index("episode_index")
+    views = []
+    for r in requests:
+        row = episodes.loc[r.episode]
+        where = {"chunk_index": int(row[f"videos/{r.camera}/chunk_index"]),
+                 "file_index": int(row[f"videos/{r.camera}/file_index"])}
+        path = root / info["video_path"].format(video_key=r.camera, **where)
+        views.append((path, [row[f"videos/{r.camera}/from_timestamp"] + i / info["fps"] for i in r.indices]))
+    return views
+
+
+def _plain_pyav(path, timestamps):
+    """Every frame of the file decoded in order; each timestamp takes the frame shown at that time."""
+    import av
+
+    with av.open(str(path)) as container:
+        decoded = [(float(f.time), f.to_ndarray(format="rgb24")) for f in container.decode(video=0)]
+    times = torch.tensor([t for t, _ in decoded])
+    return torch.stack([torch.from_numpy(decoded[int(torch.argmin((times - t).abs()))][1]) for t in timestamps])
+
+
+def _plain_torchcodec(path, timestamps):
+    """Timestamps to frame indices on the file's average fps, as LeRobot's torchcodec reader does:
+    ``get_frames_played_at`` would take the frame before where from_timestamp + i / fps rounds
+    below the frame's pts (episode 1 of a file at 15 fps: frame 169 at 11.2666...7 s, asked at
+    11.2666...6 s)."""
+    from torchcodec.decoders import VideoDecoder
+
+    decoder = VideoDecoder(str(path))
+    indices = [round(t * decoder.metadata.average_fps) for t in timestamps]
+    return decoder.get_frames_at(indices).data.permute(0, 2, 3, 1)
+
+
+#: the plain loop of each backend's library: PyAV's for pyav, torchcodec's for torchcodec and LeRobot's path
+PLAIN = {"pyav": _plain_pyav, "torchcodec": _plain_torchcodec, "lerobot": _plain_torchcodec}
+
+
+@pytest.mark.parametrize("name", [n for n in PLAIN if n in AVAILABLE])
+def test_benchbays_decoder_path_returns_the_plain_loops_frames_on_v3(pair, name):
+    from benchbay.decode.loader import SampleDecoder
+
+    _, v3 = pair
+    modes = ["loader", "best"] if name != "lerobot" else ["loader"]
+    for mode in modes:
+        decoder = SampleDecoder(backend(name, Settings(mode=mode)))
+        for pattern in PATTERNS.values():
+            for i in range(2):
+                requests = pattern(v3, seed=4).sample(i)
+                frames, _ = decoder(requests)
+                for request, got, (path, times) in zip(requests, frames, _plain_views(v3.root, requests), strict=True):
+                    assert path == request.path
+                    assert torch.equal(got, PLAIN[name](path, times)), f"{name} {mode} {pattern.name} sample {i}"
+
+
+@pytest.mark.skipif("lerobot" not in AVAILABLE, reason="the lerobot backend needs torchcodec")
+def test_lerobot_backends_figures_agree_with_the_plain_loop(pair):
+    from benchbay.decode.measure import fingerprint
+
+    _, v3 = pair
+    workload = Decode({"root": str(v3.root)}, {"seed": 3, "backend": "lerobot", "pattern": "dreamzero"},
+                      torch.device("cpu"))
+    workload.setup()
+    for i in range(5):
+        workload.step(i)
+    extra = workload.extra_metrics()
+    assert extra["measured_samples"] == 3
+    first = extra["samples"] - extra["measured_samples"]  # the warm-up samples the figures leave out
+    samples = [workload.pattern.sample(i) for i in range(extra["samples"])]
+    measured = [r for requests in samples[first:] for r in requests]
+    assert extra["views"] == len(measured) and extra["frames"] == sum(len(r.indices) for r in measured)
+    # a cache miss is a (camera, file) not decoded before: LeRobot's LRU of 100 keeps every decoder here
+    seen = {(r.camera, r.path) for requests in samples[:first] for r in requests}
+    assert extra["opens"] == len({(r.camera, r.path) for r in measured} - seen)
+    plain = [_plain_torchcodec(path, times) for path, times in _plain_views(v3.root, samples[0])]
+    assert extra["frame_fingerprint"]["sha256"] == fingerprint(plain)["sha256"]
+
+
 # ---- GPU decoders ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["pynvvideocodec", "dali"])

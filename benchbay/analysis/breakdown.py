@@ -12,8 +12,10 @@ the step the tables show), with a two-stage bootstrap interval (repeats, then st
 change of the time per sample, which is the step's where the batch is the same. Throughput
 changes are its reciprocal, interval included, so a shorter time per sample is always faster.
 A change whose interval includes no change is ``not significant`` (its ``verdict``); the
-cumulative speed-up has an interval of its own. ``notes`` carries each point's noise and health
-notes. When a label names several points (a labelled point crossed with a grid), the first is used.
+cumulative speed-up has an interval of its own. The per-sample figures the summary has (cost
+per 1M samples, energy: benchbay.analysis.cost) follow throughput. ``notes`` carries each point's
+noise and health notes. When a label names several points (a labelled point crossed with a grid),
+the first is used.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from benchbay.analysis.compare import Verdict
+from benchbay.analysis.cost import present, say_absent
 from benchbay.analysis.frame import knob_columns, param_columns
 from benchbay.analysis.stats import STEP_STATISTIC, bootstrap_ratio
 from benchbay.record import Status
@@ -81,11 +84,22 @@ def _first_with_label(summary: pd.DataFrame, label: str) -> pd.Series | None:
     return found.iloc[0] if len(found) else None
 
 
+def _figures(point: pd.Series, figures: Sequence[str]) -> dict[str, Any]:
+    return {"step_time_s": point["step_time_s"], "samples_per_s_per_gpu": point["samples_per_s_per_gpu"],
+            **{c: point[c] for c in figures}, "notes": point.get("notes", "")}
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+    table = pd.DataFrame(rows, columns=columns)
+    return say_absent(table, table["status"] == Status.OK)
+
+
 def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 0.95) -> pd.DataFrame:
     """One row per label: its figures, its change from the previous ok label, and its throughput
     relative to the first ok label (``speedup``)."""
-    columns = ["label", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *_CHANGE_COLUMNS, "speedup",
-               "speedup_low", "speedup_high", "fidelity", "notes"]
+    figures = present(summary)
+    columns = ["label", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *figures, *_CHANGE_COLUMNS,
+               "speedup", "speedup_low", "speedup_high", "fidelity", "notes"]
     identity = _identity_columns(summary)
     rows: list[dict[str, Any]] = []
     previous = first = None
@@ -94,8 +108,7 @@ def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 
         if point is None:
             rows.append({"label": label, "status": "missing"})
             continue
-        row = {"label": label, "status": point["status"], "step_time_s": point["step_time_s"],
-               "samples_per_s_per_gpu": point["samples_per_s_per_gpu"], "notes": point.get("notes", ""),
+        row = {"label": label, "status": point["status"], **_figures(point, figures),
                "fidelity": point.get("fidelity", ""),
                "changes": knob_changes(previous, point, identity) if previous is not None else ""}
         if point["status"] == Status.OK:
@@ -110,14 +123,15 @@ def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 
             previous = point
             first = point if first is None else first
         rows.append(row)
-    return pd.DataFrame(rows, columns=columns)
+    return _table(rows, columns)
 
 
 def leave_one_out(summary: pd.DataFrame, best_label: str, knob: str = "mbs", confidence: float = 0.95) -> pd.DataFrame:
     """The best point minus each optimisation: change of each such point relative to the best
     (a positive step change means the removed optimisation was saving time)."""
-    columns = ["without", "point", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *_CHANGE_COLUMNS,
-               "notes"]
+    figures = present(summary)
+    columns = ["without", "point", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *figures,
+               *_CHANGE_COLUMNS, "notes"]
     best = _first_with_label(summary, best_label)
     if best is None or best["status"] != Status.OK:
         return pd.DataFrame(columns=columns)
@@ -135,9 +149,8 @@ def leave_one_out(summary: pd.DataFrame, best_label: str, knob: str = "mbs", con
         else:
             continue
         row = {"without": without, "point": point["name"], "status": point["status"],
-               "changes": knob_changes(best, point, identity), "step_time_s": point["step_time_s"],
-               "samples_per_s_per_gpu": point["samples_per_s_per_gpu"], "notes": point.get("notes", "")}
+               "changes": knob_changes(best, point, identity), **_figures(point, figures)}
         if point["status"] == Status.OK:
             row.update(point_changes(best, point, confidence))
         rows.append(row)
-    return pd.DataFrame(rows, columns=columns)
+    return _table(rows, columns)

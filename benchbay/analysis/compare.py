@@ -6,7 +6,8 @@ candidate/baseline of a statistic over the pooled steady-state samples (by defau
 ``stats.STEP_STATISTIC``, the one the tables and plots show), a two-stage bootstrap
 confidence interval (repeats, then steps), a Mann-Whitney p-value, and a verdict:
 
-- ``faster`` / ``slower`` (``less memory`` / ``more memory`` for memory): the change is at least
+- ``faster`` / ``slower`` (``less memory`` / ``more memory`` for memory, ``less energy`` / ``more
+  energy`` for joules per sample, ``less power`` / ``more power`` for watts): the change is at least
   ``min_change`` AND statistically real (the interval excludes 1, and p < alpha where the sample
   sizes let the rank test reach alpha at all);
 - ``no change``: the change is real but under ``min_change``, or its whole interval lies within
@@ -25,6 +26,10 @@ samples/s/GPU; the median wait of a loader, whose figure is what it delivered. P
 repeat; with a single repeat its interval collapses to the point (memory peaks are close to
 deterministic) and the verdict rests on ``min_change`` alone.
 
+Energy per sample and watts have one value per repeat, as memory. Given a GPU-hour price, each
+point also gets a ``cost_per_m_samples`` row (``cheaper`` / ``costlier``): its throughput row
+through :func:`benchbay.analysis.cost.cost_per_million_samples`, the interval inverted.
+
 ``caution`` names a side whose steady steps were noisy or whose machine was busy (see
 :mod:`benchbay.analysis.quality`); it never changes the verdict, it says why to doubt it.
 """
@@ -34,13 +39,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from benchbay.analysis.cost import COST, cost_per_million_samples
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import (
@@ -61,6 +67,12 @@ class Verdict(StrEnum):
     SLOWER = "slower"
     LESS_MEMORY = "less memory"
     MORE_MEMORY = "more memory"
+    LESS_ENERGY = "less energy"
+    MORE_ENERGY = "more energy"
+    LESS_POWER = "less power"
+    MORE_POWER = "more power"
+    CHEAPER = "cheaper"
+    COSTLIER = "costlier"
     NO_CHANGE = "no change"
     NOT_SIGNIFICANT = "not significant"
     FAILED = "failed"
@@ -90,9 +102,11 @@ METRICS: dict[str, Metric] = {
         Metric("mfu", "mfu", True, True, *_TIME),
         Metric("peak_mem", "peak_mem_allocated_gib", False, False, *_MEMORY),
         Metric("peak_mem_reserved", "peak_mem_reserved_gib", False, False, *_MEMORY),
+        Metric("energy_per_sample", "energy_j_per_sample", False, False, Verdict.LESS_ENERGY, Verdict.MORE_ENERGY),
+        Metric("power", "energy_watts", False, False, Verdict.LESS_POWER, Verdict.MORE_POWER),
     )
 }
-DEFAULT_METRICS = ("step_time", "samples_per_s_per_gpu", "peak_mem", "mfu")
+DEFAULT_METRICS = ("step_time", "samples_per_s_per_gpu", "peak_mem", "mfu", "energy_per_sample", "power")
 #: verdicts that say nothing changed (or nothing can be said)
 UNCHANGED = (Verdict.NO_CHANGE, Verdict.NOT_SIGNIFICANT)
 
@@ -324,6 +338,21 @@ def compare_metric(
                       estimate.high, p_value, worse_by, verdict, regression=verdict == metric.worse)
 
 
+def _inverse(value: float) -> float:
+    return 1.0 / value if value else math.nan
+
+
+def cost_comparison(throughput: Comparison, price_per_gpu_hour: float) -> Comparison:
+    """The cost per 1M samples of a samples/s/GPU comparison: each side's figure at the price, the
+    ratio and its interval inverted (a cost is a price over a throughput)."""
+    verdict = {Verdict.FASTER: Verdict.CHEAPER, Verdict.SLOWER: Verdict.COSTLIER}.get(throughput.verdict,
+                                                                                     throughput.verdict)
+    return replace(throughput, metric=COST, baseline=cost_per_million_samples(throughput.baseline, price_per_gpu_hour),
+                   candidate=cost_per_million_samples(throughput.candidate, price_per_gpu_hour),
+                   ratio=_inverse(throughput.ratio), ci_low=_inverse(throughput.ci_high),
+                   ci_high=_inverse(throughput.ci_low), worse_by=_inverse(throughput.ratio) - 1, verdict=verdict)
+
+
 def point_caution(point: MatchedPoint) -> str:
     """Why to doubt a comparison of this point: ``candidate noisy: CV 0.41; baseline busy CPU: ...``,
     or "" when both sides ran quietly."""
@@ -361,12 +390,14 @@ def compare(
     seed: int = 0,
     key_columns: Sequence[str] | None = None,
     ignore_knobs: Sequence[str] = (),
+    price_per_gpu_hour: float | None = None,
 ) -> pd.DataFrame:
     """One row per matched point and metric: suite, point, the key columns, metric, statistic,
     baseline, candidate, ratio, ci_low, ci_high, p_value, worse_by, verdict, regression, reason,
     caution.
 
-    Metrics that neither side records for a point (e.g. MFU on CPU) are left out.
+    Metrics that neither side records for a point (e.g. MFU on CPU) are left out. With
+    ``price_per_gpu_hour``, each point ends with its cost per 1M samples (:func:`cost_comparison`).
     """
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
@@ -376,13 +407,20 @@ def compare(
     names = describe_points([p.key for p in points], [p.label for p in points])
     for point, name in zip(points, names, strict=True):
         caution = point_caution(point)
+        results = {}
         for metric_name in metrics:
             metric = METRICS[metric_name]
             if metric_name != metrics[0] and not _recorded(point, metric):
                 continue  # a figure neither side has (e.g. MFU on CPU); the first metric always shows
-            result = compare_metric(point, metric, statistic=statistic, min_change=min_change,
-                                    confidence=confidence, alpha=alpha, n_boot=n_boot, seed=seed)
-            rows.append({"point": name, "label": point.label, **point.key, **asdict(result), "caution": caution})
+            results[metric_name] = compare_metric(point, metric, statistic=statistic, min_change=min_change,
+                                                  confidence=confidence, alpha=alpha, n_boot=n_boot, seed=seed)
+        if price_per_gpu_hour is not None:
+            throughput = results.get("samples_per_s_per_gpu") or compare_metric(
+                point, METRICS["samples_per_s_per_gpu"], statistic=statistic, min_change=min_change,
+                confidence=confidence, alpha=alpha, n_boot=n_boot, seed=seed)
+            results[COST] = cost_comparison(throughput, price_per_gpu_hour)
+        rows += [{"point": name, "label": point.label, **point.key, **asdict(result), "caution": caution}
+                 for result in results.values()]
     return pd.DataFrame(rows)
 
 

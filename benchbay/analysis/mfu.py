@@ -1,10 +1,12 @@
-"""Model FLOPs utilisation: achieved training FLOP/s over the device's peak.
+"""Model FLOPs utilisation: achieved training FLOP/s over the device's peak, labelled with which peak.
 
-MFU = flops_per_sample (fwd+bwd of the trained parts) x samples/s/GPU / peak FLOP/s. The peak is
-the dense bf16 tensor-core figure of the device, looked up by its name (``env.gpu``, as
-``torch.cuda.get_device_name`` reports it). The ``peak_flops`` argument (FLOP/s) forces another,
-e.g. for fp32 points or an unlisted device (the command line reads it from ``BENCHBAY_PEAK_TFLOPS``).
-CPUs get None.
+MFU = flops_per_sample (fwd+bwd of the trained parts) x samples/s/GPU / peak FLOP/s. The measured
+MFU's peak (:func:`denominator`) is, first found: the ``peak_flops`` argument (FLOP/s, e.g. for
+fp32 points or an unlisted device; the command line reads it from ``BENCHBAY_PEAK_TFLOPS``), the
+GEMM probe of the machine that ran the record (``env.gemm_tflops``, benchbay.collect.gemm_probe),
+the record's own ``peak_flops``, else the table's figure for the device's name (``env.gpu``, as
+``torch.cuda.get_device_name`` reports it). The datasheet MFU divides by the vendor's dense bf16
+figure instead. Each row's ``mfu_peak`` says which peak its MFU is over. CPUs get None.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ class Peak:
     flops: float
     source: str
     datasheet: float | None = None  # the vendor's dense bf16 figure, where ``flops`` was measured
+
+    @property
+    def datasheet_flops(self) -> float:
+        return self.flops if self.datasheet is None else self.datasheet
 
 
 #: first match wins, so specific names come before their family
@@ -43,10 +49,14 @@ def lookup_peak(device: str | None) -> Peak | None:
     return next((p for p in PEAKS if p.match.lower() in name), None)
 
 
-def peak_flops_for(device: str | None, peak_flops: float | None = None) -> float | None:
-    """Peak FLOP/s for a device: ``peak_flops`` if given, else the table's figure."""
+def peak_flops_for(device: str | None, peak_flops: float | None = None,
+                   gemm_tflops: float | None = None) -> float | None:
+    """Peak FLOP/s for a device: ``peak_flops`` if given, else its machine's GEMM probe, else the
+    table's figure."""
     if peak_flops is not None:
         return float(peak_flops)
+    if _finite(gemm_tflops) and gemm_tflops > 0:
+        return float(gemm_tflops) * 1e12
     peak = lookup_peak(device)
     return peak.flops if peak else None
 
@@ -55,52 +65,76 @@ def _finite(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def denominator(row: pd.Series | dict, peak_flops: float | None = None) -> tuple[float, str] | None:
+    """The measured MFU's peak FLOP/s for a record and which peak it is (see the module docstring)."""
+    if peak_flops is not None:
+        return float(peak_flops), "override"
+    gemm = row.get("env.gemm_tflops")
+    if _finite(gemm) and gemm > 0:
+        return float(gemm) * 1e12, "GEMM probe"
+    table = lookup_peak(row.get("env.gpu"))
+    recorded = row.get("peak_flops")
+    if _finite(recorded) and recorded > 0 and (table is None or recorded != table.flops):
+        return float(recorded), "as recorded"
+    if table is None:
+        return None
+    return table.flops, "datasheet" if table.datasheet is None else "table, measured"
+
+
+def _achieved(row: pd.Series) -> float | None:
+    flops, rate = row.get("flops_per_sample"), row.get("samples_per_s_per_gpu")
+    return float(flops) * float(rate) if _finite(flops) and _finite(rate) else None
+
+
+def _by_row(df: pd.DataFrame, figure, dtype) -> pd.Series:
+    return df.apply(figure, axis=1).astype(dtype) if len(df) else pd.Series(dtype=dtype)
+
+
 def mfu_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.Series:
-    """MFU per row: the record's own value, recomputed where it is missing or a peak is forced.
-
-    The recomputation needs ``flops_per_sample``, ``samples_per_s_per_gpu`` and a peak (the
-    argument, the record's ``peak_flops``, or the table entry for ``env.gpu``).
-    """
-    forced = None if peak_flops is None else float(peak_flops)
-
+    """MFU per row over :func:`denominator`'s peak; the record's own figure where it cannot be
+    recomputed (no FLOPs, rate or peak)."""
     def row_mfu(row: pd.Series) -> float:
-        recorded = row.get("mfu")
-        if forced is None and _finite(recorded):
-            return float(recorded)
-        flops, rate = row.get("flops_per_sample"), row.get("samples_per_s_per_gpu")
-        peak = forced
-        if peak is None:
-            peak = row.get("peak_flops") if _finite(row.get("peak_flops")) else peak_flops_for(row.get("env.gpu"))
-        if not (_finite(flops) and _finite(rate) and _finite(peak)) or peak <= 0:
-            return float("nan")
-        return float(flops) * float(rate) / float(peak)
+        achieved, peak = _achieved(row), denominator(row, peak_flops)
+        if achieved is None or peak is None:
+            recorded = row.get("mfu")
+            return float(recorded) if peak_flops is None and _finite(recorded) else float("nan")
+        return achieved / peak[0]
 
-    if df.empty:
-        return pd.Series(dtype=float)
-    return df.apply(row_mfu, axis=1).astype(float)
+    return _by_row(df, row_mfu, float)
 
 
-def datasheet_mfu_column(df: pd.DataFrame) -> pd.Series:
-    """MFU against the datasheet's dense bf16 peak, where the table's peak is a measured ceiling
-    (an H200: 989 TFLOP/s against 799 measured), so that no reader takes one for the other."""
+def peak_label_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.Series:
+    """Which peak each row's MFU is over: ``812 TFLOP/s (GEMM probe)`` ("" without an MFU)."""
+    def label(row: pd.Series) -> str:
+        peak = denominator(row, peak_flops)
+        return "" if peak is None or _achieved(row) is None else f"{peak[0] / 1e12:.4g} TFLOP/s ({peak[1]})"
+
+    return _by_row(df, label, object)
+
+
+def datasheet_mfu_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.Series:
+    """MFU against the datasheet's dense bf16 peak, where the measured MFU is over another (a GEMM
+    probe, an H200's 799 TFLOP/s measured against 989), so that no reader takes one for the other."""
     def row_mfu(row: pd.Series) -> float:
-        peak = lookup_peak(row.get("env.gpu"))
-        flops, rate = row.get("flops_per_sample"), row.get("samples_per_s_per_gpu")
-        if peak is None or peak.datasheet is None or not (_finite(flops) and _finite(rate)):
+        table, achieved, peak = lookup_peak(row.get("env.gpu")), _achieved(row), denominator(row, peak_flops)
+        if table is None or achieved is None or (peak is not None and peak[0] == table.datasheet_flops):
             return float("nan")
-        return float(flops) * float(rate) / peak.datasheet
+        return achieved / table.datasheet_flops
 
-    if df.empty:
-        return pd.Series(dtype=float)
-    return df.apply(row_mfu, axis=1).astype(float)
+    return _by_row(df, row_mfu, float)
 
 
-def peak_sources(devices, peak_flops: float | None = None) -> dict[str, str]:
-    """``{device: "<TFLOP/s> (<source>)"}`` for a footnote under an MFU column."""
+def peak_sources(points: pd.DataFrame) -> dict[str, str]:
+    """``{device: "<the peaks of its rows' MFU>"}`` for a footnote under an MFU column, a peak from
+    the table with the table's source."""
     out = {}
-    for device in sorted({d for d in devices if isinstance(d, str)}):
-        if peak_flops is not None:
-            out[device] = f"{peak_flops / 1e12:g} TFLOP/s (override)"
-        elif (peak := lookup_peak(device)) is not None:
-            out[device] = f"{peak.flops / 1e12:g} TFLOP/s ({peak.source})"
+    if "env.gpu" not in points or "mfu_peak" not in points:
+        return out
+    for device, rows in points.groupby("env.gpu"):
+        table = lookup_peak(device)
+        from_table = ("(table, measured)", "(datasheet)")
+        labels = [label + (f": {table.source}" if table and label.endswith(from_table) else "")
+                  for label in dict.fromkeys(rows["mfu_peak"]) if isinstance(label, str) and label]
+        if labels:
+            out[str(device)] = "; ".join(labels)
     return out

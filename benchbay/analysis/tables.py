@@ -5,13 +5,14 @@ summary keeps one row per point: the knobs and params, the combined status of th
 step time as the mean of the pooled steady-state steps of the ok repeats (``stats.STEP_STATISTIC``,
 the statistic ``benchbay.analysis.compare``, the breakdown, history and plots use) and their
 coefficient of variation, throughput and MFU over that step (samples/s/GPU = samples per step /
-step), medians of the other rates, maxima of the memory peaks, the health warnings of its repeats with ``notes`` for a reader
-(see ``benchbay.analysis.quality``), and the first ok repeat's series and extras for plots.
+step) and the cost of a sample over it (``benchbay.analysis.cost``), medians of the other rates,
+maxima of the memory peaks, the health warnings of its repeats with ``notes`` for a reader (see
+``benchbay.analysis.quality``), and the first ok repeat's series and extras for plots.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,9 +20,10 @@ import pandas as pd
 
 from benchbay.analysis.batch_search import infeasibility
 from benchbay.analysis.compare import steady_step_times
+from benchbay.analysis.cost import COST, FIGURES, cost_column, say_absent
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
-from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column
+from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column, peak_label_column
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
@@ -33,7 +35,7 @@ MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "first_step_s", "samples
                   "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu", "mfu_datasheet", "cpu_util_mean",
                   "gpu_util_mean", "compile_time_s", "warmup_steps", "data_wait_s", "data_wait_share",
                   "child_cpu_util_mean", "loader_s", "update_applied_share", "update_applied_share_se",
-                  "update_lost_share")
+                  "update_lost_share", "energy_j_per_sample", "energy_watts")
 #: figures summarised by their maximum over the ok repeats (the worst case is what limits a batch)
 MAX_METRICS = ("peak_mem_allocated_gib", "peak_mem_reserved_gib", "device_mem_total_gib", "alloc_retries",
                "nvml_mem_used_gib", "peak_host_rss_gib")
@@ -81,6 +83,7 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
         for m in ("step_time_s", "step_time_cv"):
             out[m] = ok[m].median() if m in ok else np.nan
     out["step_time_mean_s"] = out["step_time_s"]  # the name the loader tables read
+    out["mfu_peak"] = _first_valid(ok["mfu_peak"]) if "mfu_peak" in ok else None
     for m in MAX_METRICS:
         out[m] = figures[m].max() if m in figures else np.nan
     warmups = [detect_warmup(r["step_times_s"]) for _, r in ok.iterrows()
@@ -118,21 +121,25 @@ def fidelity_label(share: float, se: float) -> str:
     return f"{verdict(share, None if is_missing(se) else se)} ({share:.2f})"
 
 
-def point_summary(df: pd.DataFrame, peak_flops: float | None = None) -> pd.DataFrame:
+def point_summary(df: pd.DataFrame, peak_flops: float | None = None,
+                  price_per_gpu_hour: float | Mapping[str, float] | None = None) -> pd.DataFrame:
     """One row per (suite, point_id), in first-seen order; see the module docstring.
 
     Adds ``name`` (see :func:`_names`) and ``steady_samples`` (each ok repeat's steady steps, for
     bootstrap intervals). ``mfu`` is the recorded figure, recomputed where missing (or for every
-    row when ``peak_flops`` is forced).
+    row when ``peak_flops`` is forced). ``cost_per_m_samples`` is at ``price_per_gpu_hour`` (one
+    price, or one per suite; NaN without one), over the point's samples/s/GPU.
     """
     if df.empty:
         return pd.DataFrame()
-    df = df.assign(mfu=mfu_column(df, peak_flops), mfu_datasheet=datasheet_mfu_column(df))
+    df = df.assign(mfu=mfu_column(df, peak_flops), mfu_peak=peak_label_column(df, peak_flops),
+                   mfu_datasheet=datasheet_mfu_column(df, peak_flops))
     knobs, params = knob_columns(df), param_columns(df)
     extras = [c for c in df.columns if c.startswith("extra.")]
     carried = [c for c in (*IDENTITY, *params, *knobs, *extras) if c in df.columns]
     rows = [_summarise_point(g, carried) for _, g in df.groupby(["suite", "point_id"], sort=False)]
     summary = rows_to_frame(rows)
+    summary[COST] = cost_column(summary, price_per_gpu_hour)
     summary["name"] = pd.concat([_names(points, suite_varying(summary, suite))
                                  for suite, points in summary.groupby("suite", sort=False)])
     return summary
@@ -163,25 +170,28 @@ def suite_varying(summary: pd.DataFrame, suite: str) -> list[str]:
 
 #: the sweep table's columns, in display order (the knobs and params that vary follow them)
 SWEEP_COLUMNS = ("name", "status", "repeats", "step_time_s", "step_time_p10_s", "step_time_p90_s", "step_time_cv",
-                 "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "peak_host_rss_gib", "mfu",
-                 "mfu_datasheet", "fidelity", "warmup_detected", "notes", "reason")
+                 "samples_per_s_per_gpu", *FIGURES, "peak_mem_allocated_gib", "peak_mem_reserved_gib",
+                 "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "warmup_detected", "notes",
+                 "reason")
 #: a decoder point's sweep row: its figures are its latency and CPU (the report's Decoders section)
 DECODE_SWEEP_COLUMNS = ("name", "status", "repeats", "peak_host_rss_gib", "notes", "reason")
 #: the key figures, for a terminal
-KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", "peak_mem_allocated_gib", "peak_host_rss_gib",
-               "mfu", "mfu_datasheet", "fidelity", "notes", "reason")
+KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", *FIGURES, "peak_mem_allocated_gib",
+               "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "notes", "reason")
 
 
 def sweep_table(points: pd.DataFrame, columns: Sequence[str] = SWEEP_COLUMNS) -> pd.DataFrame:
     """Points of one workload: name, status and the figures recorded first, then the knobs and
-    params that vary among them. Host RSS stands in for the peak memory of points run on CPU."""
+    params that vary among them. Host RSS stands in for the peak memory of points run on CPU; an
+    ok point without a per-sample figure others have reads ``absent`` (benchbay.analysis.cost)."""
     if points.empty:
         return pd.DataFrame()
     varying = varying_columns(points, knob_columns(points) + param_columns(points))
     device_memory = "peak_mem_allocated_gib" in points and points["peak_mem_allocated_gib"].notna().any()
     shown = [c for c in columns if c in points and points[c].map(lambda v: not is_missing(v) and v != "").any()
              and not (c == "peak_host_rss_gib" and device_memory)]
-    return points[shown + [c for c in varying if c not in shown]].reset_index(drop=True)
+    table = points[shown + [c for c in varying if c not in shown]].reset_index(drop=True)
+    return say_absent(table, table["status"] == Status.OK)
 
 
 def device_word(points: pd.DataFrame) -> str:

@@ -67,7 +67,3 @@ class EnergyMeter:
             return {"energy_source": self.source}
         what = "NVML's energy counter" if self.source == "nvml" else "RAPL (/sys/class/powercap)"
         return {"energy_absent": f"{what} not readable here"}
-
-def cost_per_million_samples(samples_per_s_per_gpu: float, price_per_gpu_hour: float) -> float:
-    """Dollars (or the price's unit) per million samples at a GPU-hour price."""
-    return price_per_gpu_hour / 3600 / samples_per_s_per_gpu * 1e6

@@ -1,5 +1,7 @@
 """The environment fingerprint stored on every record, and the machine key that baselines and
-``--resume`` match on. Read without initialising CUDA (NVML and torch's build info)."""
+``--resume`` match on. Read without initialising CUDA (NVML and torch's build info); the
+measured matmul ceiling (``gemm_tflops``, or ``gemm_absent`` and why) comes from a child process
+once per machine key (benchbay.collect.gemm_probe)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from benchbay.collect import nvml
+from benchbay.collect import gemm_probe, nvml
 
 KEY_PACKAGES = ("transformers", "diffusers", "torchcodec", "av", "decord", "triton", "numpy", "benchbay")
 
@@ -37,6 +39,7 @@ def fingerprint(project_dir: str | Path = ".") -> dict:
         "packages": {name: _version(name) for name in KEY_PACKAGES},
     }
     env["machine_key"] = machine_key(env)
+    env.update(gemm_probe.ceiling(env["machine_key"], gpu is not None))
     return env
 
 

@@ -1,0 +1,87 @@
+"""What a sample costs: money at a GPU-hour price, and the energy the worker measured.
+
+The cost per million samples is ``price / 3600 / samples_per_s_per_gpu * 1e6``, from the
+samples/s/GPU the table beside it shows (samples per step / step), at the suite's
+``price_per_gpu_hour`` or the command line's ``--price-per-gpu-hour`` (which wins), in the
+price's currency. The energy figures are the records' own (``energy_j_per_sample``, and
+``energy_watts``: the mean power of each process's GPU over the measured steps). A figure a
+point lacks is said to be absent, never shown as 0.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+
+import pandas as pd
+
+from benchbay.analysis.frame import is_missing
+
+COST = "cost_per_m_samples"
+PRICE_KEY = "price_per_gpu_hour"
+#: the per-sample figures shown beside throughput, in display order
+FIGURES = (COST, "energy_j_per_sample", "energy_watts")
+ABSENT = "absent"
+NO_PRICE = f"cost per 1M samples: no GPU-hour price (the suite's {PRICE_KEY} or --price-per-gpu-hour)"
+
+
+def check_price(value: object, where: str = PRICE_KEY) -> float:
+    """A GPU-hour price: a finite number > 0 (a stored manifest is read as untrusted as a suite)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{where}: a price per GPU-hour > 0, got {value!r}")
+    return float(value)
+
+
+def prices(metas: Mapping[str, Mapping], override: float | None = None) -> float | dict[str, float]:
+    """The price for every suite (``override``, the command line's), else ``{suite: price}`` from
+    each suite's key."""
+    if override is not None:
+        return check_price(override, "--price-per-gpu-hour")
+    return {suite: check_price(meta[PRICE_KEY], f"suite {suite}: {PRICE_KEY}")
+            for suite, meta in metas.items() if meta.get(PRICE_KEY) is not None}
+
+
+def cost_per_million_samples(samples_per_s_per_gpu: float, price_per_gpu_hour: float) -> float:
+    """The price of a million samples at ``samples_per_s_per_gpu`` (NaN without a rate)."""
+    if is_missing(samples_per_s_per_gpu) or not samples_per_s_per_gpu > 0:
+        return math.nan
+    return price_per_gpu_hour / 3600 / samples_per_s_per_gpu * 1e6
+
+
+def cost_column(summary: pd.DataFrame, price: float | Mapping[str, float] | None) -> pd.Series:
+    """Each point's cost per 1M samples: one price for every suite, or one per suite name."""
+    def row_cost(row: pd.Series) -> float:
+        p = price.get(row["suite"]) if isinstance(price, Mapping) else price
+        return math.nan if p is None else cost_per_million_samples(row["samples_per_s_per_gpu"], p)
+
+    return summary.apply(row_cost, axis=1).astype(float) if len(summary) else pd.Series(dtype=float)
+
+
+def say_absent(table: pd.DataFrame, ok: pd.Series) -> pd.DataFrame:
+    """A table whose shown figures read ``absent`` on the ok rows that lack them (not 0, not blank)."""
+    table = table.copy()
+    for column in FIGURES:
+        if column in table:
+            lacking = ok.to_numpy() & table[column].map(is_missing).to_numpy()
+            table[column] = table[column].astype(object).where(~lacking, ABSENT)
+    return table
+
+
+def present(frame: pd.DataFrame) -> list[str]:
+    """The per-sample figures some row of ``frame`` has."""
+    return [c for c in FIGURES if c in frame and frame[c].map(lambda v: not is_missing(v)).any()]
+
+
+def energy_note(rows: pd.DataFrame) -> str | None:
+    """Why none of the rows (points or records) has an energy figure; None when one has."""
+    if "energy_j_per_sample" in present(rows):
+        return None
+    reasons = rows["extra.energy_absent"].dropna().unique() if "extra.energy_absent" in rows else []
+    return "energy per sample: " + (f"absent ({'; '.join(map(str, reasons))})" if len(reasons)
+                                    else "not recorded (records from before the energy meter)")
+
+
+def absent_notes(points: pd.DataFrame) -> list[str]:
+    """A sentence for each per-sample figure none of the points has, saying why."""
+    return [note for note in (None if COST in present(points) else NO_PRICE, energy_note(points)) if note]

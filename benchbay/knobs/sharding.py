@@ -16,17 +16,6 @@ from torch.nn.parallel import DistributedDataParallel
 from benchbay.workloads.base import ModelParts
 
 
-def skip_reason(knobs: dict, world_size: int) -> str | None:
-    if knobs["sharding"] == "fsdp2_hybrid":
-        replicate = knobs["replicate"]
-        if world_size % replicate or world_size // replicate < 2 or replicate < 2:
-            return (f"fsdp2_hybrid needs replicate >= 2 groups of >= 2 shards dividing the world size "
-                    f"({world_size} processes, replicate={replicate})")
-    if knobs["offload"] == "optimizer" and knobs["sharding"] == "ddp":
-        return "offload=optimizer is implemented with FSDP2's CPUOffloadPolicy or without sharding, not under DDP"
-    return None
-
-
 def apply(parts: ModelParts, knobs: dict, device: torch.device) -> nn.Module:
     """Returns the module to call (DDP wraps; FSDP2 converts in place)."""
     sharding = knobs["sharding"]

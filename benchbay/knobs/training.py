@@ -17,7 +17,7 @@ from torch.profiler import record_function
 from benchbay.collect.fidelity import UpdateFidelity, hyper_of
 from benchbay.knobs import compile as compile_knob
 from benchbay.knobs import optimizer as optimizer_knob
-from benchbay.knobs import precision, recompute, sharding
+from benchbay.knobs import precision, recompute, rules, sharding
 from benchbay.knobs.offload import CPUOffloadedOptimizer
 from benchbay.workloads.base import TrainingWorkload
 
@@ -25,23 +25,8 @@ from benchbay.workloads.base import TrainingWorkload
 def skip_reason(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.device,
                 world_size: int) -> str | None:
     """Why this combination of generic knobs cannot run here (None if it can)."""
-    graphs = type(workload).graphs
-    if knobs["cuda_graph"] not in graphs:
-        return (f"cuda_graph={knobs['cuda_graph']}: workload {workload.name} does not support it "
-                f"(supports {', '.join(graphs)})")
-    if knobs["recompute"] == "selective" and knobs["recompute_impl"] == "reentrant":
-        return "recompute=selective needs recompute_impl=non_reentrant (selective checkpoint contexts)"
-    if knobs["cudnn_benchmark"] and device.type != "cuda":
-        return f"cudnn_benchmark=True picks cuDNN's algorithms: it needs a CUDA device (running on {device.type})"
-    if knobs["cudnn_benchmark"] and knobs["deterministic"]:
-        return "cudnn_benchmark=True may pick non-deterministic algorithms: it contradicts deterministic=True"
-    if knobs["cuda_graph"] != "off" and device.type != "cuda":
-        return f"cuda_graph={knobs['cuda_graph']} needs a CUDA device (running on {device.type})"
-    if knobs["cuda_graph"] == "step" and knobs["compile"] == "off":
-        return "cuda_graph=step runs the compiled regions as CUDA graphs: it needs compile != off"
-    if knobs["cuda_graph"] == "step" and knobs["sharding"].startswith("fsdp2"):
-        return "cuda_graph=step with FSDP2: all-gathered parameters change address every step (re-recording)"
-    return optimizer_knob.skip_reason(knobs, device) or sharding.skip_reason(knobs, world_size)
+    return (rules.skip_reason(type(workload), knobs, device.type, world_size)
+            or optimizer_knob.skip_reason(knobs, device))
 
 
 @dataclass

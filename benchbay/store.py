@@ -15,11 +15,12 @@ import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from benchbay.record import Record
+
+if TYPE_CHECKING:  # a frame only where results are read: the worker and the suite files never pay for pandas
+    import pandas as pd
 
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 # imported before the steps: an import inside the warm-up stalls the step it lands in (pandas alone
@@ -330,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     spec_path, result_path = (argv or sys.argv[1:])[:2]
     spec = json.loads(Path(spec_path).read_text())
     if spec.get("timeout"):  # a point about to time out says where it stands, in its log
-        faulthandler.dump_traceback_later(max(spec["timeout"] - STACK_DUMP_LEAD_S, 1.0), exit=False)
+        # the timeout counts from the process's start: its imports (seconds on a busy host) included
+        age = time.time() - psutil.Process().create_time()
+        faulthandler.dump_traceback_later(max(spec["timeout"] - STACK_DUMP_LEAD_S - age, 1.0), exit=False)
     started = time.time()
     result = run(spec)
     result["duration_s"] = time.time() - started

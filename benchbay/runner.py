@@ -276,7 +276,7 @@ class SuiteRunner:
 def cannot_run(point: Point, device: str, world_size: int) -> str | None:
     """A combination of generic knobs that cannot run here, known without the point's process: it is
     skipped before a process (or a torchrun group) starts for it."""
-    cls = registry.resolve(point.workload)
+    cls = registry.declaration(point.workload)
     return rules.skip_reason(cls, point.knobs, device, world_size) if issubclass(cls, TrainingWorkload) else None
 
 

@@ -145,7 +145,7 @@ def _knob_defaults(workload: str) -> dict[str, Any] | None:
         cls = getattr(sys.modules.get(module), attr, None) if attr else None  # the suite being run
         return knob_table.defaults_for(cls) if isinstance(cls, type) and issubclass(cls, registry.Workload) else None
     try:
-        return knob_table.defaults_for(registry.resolve(workload))
+        return knob_table.defaults_for(registry.declaration(workload))
     except LookupError:
         return None
 

@@ -11,11 +11,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchbay import knobs as knob_table
-from benchbay.decode.feed import VIDEO_KNOBS
 from benchbay.knobs import training
-from benchbay.workloads.dreamzero import DreamZero, flops, mask
+from benchbay.knobs.video import VIDEO_KNOBS
+from benchbay.workloads.dreamzero import flops, mask
 from benchbay.workloads.dreamzero.config import SequenceLayout, preset
 from benchbay.workloads.dreamzero.transformer import CausalWanModel
+from benchbay.workloads.dreamzero.workload import DreamZero
 
 CPU = torch.device("cpu")
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -6,6 +6,8 @@ compile). full and grad_op differ only in ``reshard_after_forward``; hybrid is a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -13,7 +15,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from benchbay.workloads.base import ModelParts
+if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
+    from benchbay.workloads.base import ModelParts
 
 
 def apply(parts: ModelParts, knobs: dict, device: torch.device) -> nn.Module:

@@ -151,9 +151,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     measured = Measured(times=[], energy=EnergyMeter(device.index if device.type == "cuda" else None))
     try:
         profiler, snapshot = _profiler(spec, spec["steps"]), MemorySnapshot.from_spec(spec, device)
-        _measure(workload, spec, device, sampler, profiler, snapshot, measured)
-        phase("metrics")
-        result.update(_figures(workload, spec, device, measured, sampler, profiler, snapshot))
+        with workload.process_settings():
+            _measure(workload, spec, device, sampler, profiler, snapshot, measured)
+            phase("metrics")
+            result.update(_figures(workload, spec, device, measured, sampler, profiler, snapshot))
     except Exception as exc:  # classified below; the sweep goes on in the parent
         return {**result, **_failure(exc, measured.step_index, device, after_steps=bool(measured.times))}
     finally:

@@ -120,7 +120,7 @@ def _slow_suite(tmp_path):
 name: slow
 workload: {{name: "{TINY}"}}
 knobs: {{precision: fp32}}
-sweep: {{grid: {{seed: [0, 1, 2, 3, 4]}}}}
+sweep: {{grid: {{seed: [0, 1, 2]}}}}
 steps: {{warmup: 1, measure: 2}}
 timeout: 120
 """)
@@ -155,7 +155,7 @@ def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     kept = store.read_records(records.parent)
-    assert 1 <= len(kept) < 5
+    assert 1 <= len(kept) < 3
     if sig == signal.SIGINT:
         assert proc.returncode == 130 and "interrupted" in out
         assert store.read_manifest(records.parent)["state"] == "interrupted"
@@ -163,8 +163,8 @@ def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env
                           env=cli_env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     final = store.read_records(records.parent)
-    assert len(final) == 5
-    assert sorted(r["knobs"]["seed"] for r in final) == [0, 1, 2, 3, 4]
+    assert len(final) == 3
+    assert sorted(r["knobs"]["seed"] for r in final) == [0, 1, 2]
     assert [json.dumps(r, sort_keys=True) for r in final[:len(kept)]] == \
         [json.dumps(r, sort_keys=True) for r in kept]
 

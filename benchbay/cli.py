@@ -198,7 +198,7 @@ def cmd_list(args) -> int:
     _print_table(pd.DataFrame(rows, columns=["knob", "values", "what it does"]), "generic knobs (training workloads)")
     for name in sorted(workloads):
         try:
-            cls = registry.resolve(name)
+            cls = registry.declaration(name)
         except LookupError as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             continue

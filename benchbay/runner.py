@@ -18,12 +18,15 @@ from benchbay import store
 from benchbay.analysis.batch_search import feasible, largest_feasible, search_edges
 from benchbay.analysis.mfu import peak_flops_for
 from benchbay.collect.env import fingerprint
+from benchbay.knobs import rules
 from benchbay.launch.base import Launch, Launcher, Outcome, PointSpec
 from benchbay.launch.local import LocalLauncher
 from benchbay.progress import SweepProgress, describe, warn_once
 from benchbay.record import Record, Status
 from benchbay.store import point_id
 from benchbay.suite import Point, Suite, excluded_by
+from benchbay.workloads import registry
+from benchbay.workloads.base import TrainingWorkload
 
 
 @dataclass
@@ -121,8 +124,9 @@ class SuiteRunner:
         """Run (or skip) one point, append its record, return it."""
         started = dt.datetime.now(dt.timezone.utc)
         t0 = time.perf_counter()
-        if point.excluded:
-            outcome = Outcome(status=Status.SKIPPED, reason=point.excluded)
+        skipped = point.excluded or cannot_run(point, self.device, self.launch.world_size)
+        if skipped:
+            outcome = Outcome(status=Status.SKIPPED, reason=skipped)
         else:
             outcome = self.launcher.run(self.spec(point, repeat), self.scratch / f"{point.point_id}-{repeat}")
         env = outcome.env or self.env  # a Slurm job's node, not the submitting host
@@ -267,6 +271,13 @@ class SuiteRunner:
             log.parent.mkdir(parents=True, exist_ok=True)  # a snapshot that failed at its start made none
             with open(log, "a") as f:
                 f.write(json.dumps(entry) + "\n")
+
+
+def cannot_run(point: Point, device: str, world_size: int) -> str | None:
+    """A combination of generic knobs that cannot run here, known without the point's process: it is
+    skipped before a process (or a torchrun group) starts for it."""
+    cls = registry.declaration(point.workload)
+    return rules.skip_reason(cls, point.knobs, device, world_size) if issubclass(cls, TrainingWorkload) else None
 
 
 def matches(point: Point, label: str) -> bool:

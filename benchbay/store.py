@@ -15,11 +15,12 @@ import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from benchbay.record import Record
+
+if TYPE_CHECKING:  # a frame only where results are read: the worker and the suite files never pay for pandas
+    import pandas as pd
 
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"
@@ -144,7 +145,7 @@ def _knob_defaults(workload: str) -> dict[str, Any] | None:
         cls = getattr(sys.modules.get(module), attr, None) if attr else None  # the suite being run
         return knob_table.defaults_for(cls) if isinstance(cls, type) and issubclass(cls, registry.Workload) else None
     try:
-        return knob_table.defaults_for(registry.resolve(workload))
+        return knob_table.defaults_for(registry.declaration(workload))
     except LookupError:
         return None
 

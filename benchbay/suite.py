@@ -154,7 +154,7 @@ class Suite:
                 own = _workload_node(explicit.pop("workload"))
                 workload, params = own["name"], own.get("params", {})
             params = for_device(params, device)
-            defaults = knob_table.defaults_for(registry.resolve(workload))
+            defaults = knob_table.defaults_for(registry.declaration(workload))
             own_knobs = {k: v for k, v in self.knobs.items() if k in defaults}  # suite knobs it understands
             for values in itertools.product(*(self.grid[k] for k in grid_keys)):
                 for zipped in zip_rows:
@@ -348,7 +348,7 @@ class _Validator:
         if name is None:
             return "", params, None
         try:
-            cls = registry.resolve(name)
+            cls = registry.declaration(name)
         except LookupError as exc:
             self.error(f"{where}.name", str(exc))
             return name, params, None

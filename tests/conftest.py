@@ -1,8 +1,12 @@
+import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
+
+from benchbay.launch.base import Outcome, PointSpec
+from benchbay.launch.local import LocalLauncher
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "tests.fixtures.tinywork:Tiny"
@@ -29,3 +33,26 @@ def cli_env():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+class InProcessLauncher(LocalLauncher):
+    """Each point through the worker's own ``run`` in this process: for the tests of the runner's
+    logic (search, resume, labels, budgets, snapshots), which need its records, not the ~3 s of a
+    fresh process importing torch. A crash or a hang would take pytest down with it: the failure
+    modes keep their tests through real processes (test_runner's fault suite)."""
+
+    def run(self, spec: PointSpec, workdir: Path) -> Outcome:
+        from benchbay.launch import process, worker
+
+        saved = dict(os.environ)  # the worker sets a one-process group's variables
+        try:
+            result = worker.run(json.loads(json.dumps(spec.to_json(), default=str)))  # as spec.json reads
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        return process.merge(process.Finished([result], 0, False, ""), spec.timeout, self.launch.nproc)
+
+
+@pytest.fixture
+def in_process():
+    return InProcessLauncher()

@@ -7,38 +7,33 @@ Every rank draws the same batch, so with gradients averaged across ranks (DDP; F
 equal those of one process at the same micro-batch."""
 
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
-import torch
 
-from benchbay import knobs as knob_table
 from benchbay import store
 from benchbay.analysis import scaling
 from benchbay.analysis.frame import records_to_frame
-from benchbay.knobs import training
+from benchbay.launch.base import PointSpec
 from benchbay.launch.process import Finished, merge
 from benchbay.runner import SuiteRunner
-from benchbay.suite import load
-from benchbay.workloads import registry
-from tests.conftest import TINY, write_suite
+from benchbay.suite import Steps, load
+from tests.conftest import TINY, InProcessLauncher, write_suite
 
 STRATEGIES = ("ddp", "fsdp2_full", "fsdp2_grad_op")
 STEPS = {"warmup": 1, "measure": 3}
-CPU = torch.device("cpu")
 
 
 def one_process(workload: str, params: dict, knobs: dict, steps: int) -> tuple[list[float], list[float]]:
-    """Losses and gradient norms of the same point in this process, without sharding (what the
-    worker does for one process: seed, build, knobs, steps)."""
-    cls = registry.resolve(workload)
-    values = {**knob_table.defaults_for(cls), **knobs, "sharding": "none"}
-    torch.manual_seed(values["seed"])
-    work = cls(params, values, CPU)
-    step = training.prepare(work, values, CPU)
-    out = [step(work.batch(i)) for i in range(steps)]
-    return [float(loss) for loss, _, _ in out], [float(norm) for _, norm, _ in out]
+    """Losses and gradient norms of the same point without sharding, through the worker's own
+    loop in this process."""
+    spec = PointSpec(workload=workload, params=params, knobs={**knobs, "sharding": "none"},
+                     steps=Steps(warmup=0, measure=steps), device="cpu", timeout=300)
+    out = InProcessLauncher().run(spec, Path(tempfile.gettempdir()))
+    assert out.status == "ok", out.reason
+    return out.series["losses"], out.series["grad_norms"]
 
 
 def run_suite(tmp_path, monkeypatch, name: str, body: str) -> list[dict]:

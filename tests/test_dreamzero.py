@@ -11,11 +11,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchbay import knobs as knob_table
-from benchbay.decode.feed import VIDEO_KNOBS
 from benchbay.knobs import training
-from benchbay.workloads.dreamzero import DreamZero, flops, mask
+from benchbay.knobs.video import VIDEO_KNOBS
+from benchbay.workloads.dreamzero import flops, mask
 from benchbay.workloads.dreamzero.config import SequenceLayout, preset
 from benchbay.workloads.dreamzero.transformer import CausalWanModel
+from benchbay.workloads.dreamzero.workload import DreamZero
 
 CPU = torch.device("cpu")
 
@@ -39,25 +40,22 @@ def built(workload: DreamZero, seed: int = 0):
     return workload.build()
 
 
-def train(workload: DreamZero, parts, steps: int, lr: float) -> list[float]:
-    """The harness's generic step on one fixed batch: zero_grad, loss, backward, clip 1.0, AdamW."""
-    params = [p for p in parts.model.parameters() if p.requires_grad]
-    optimizer = workload.optimizer(params)
-    for group in optimizer.param_groups:
+def train(workload: DreamZero, steps: int, lr: float) -> list[float]:
+    """The harness's own step (training.prepare: zero_grad, loss, backward, clip 1.0, AdamW) on one
+    fixed batch."""
+    torch.manual_seed(0)
+    step = training.prepare(workload, workload.knob_values, CPU)
+    for group in step.optimizer.param_groups:
         group["lr"] = lr  # the recipe's 1e-5 barely moves a toy model in a few steps
     batch = workload.batch(0)
     losses = []
     for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        loss, parts_ = workload.loss(parts.model, batch)
-        assert set(parts_) == {"dynamics_loss", "action_loss"}
-        loss.backward()
-        if not losses:
-            assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
-            assert all(p.grad is None and not p.requires_grad for m in parts.frozen for p in m.parameters())
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        losses.append(loss.item())
+        loss, _, parts = step(batch)
+        assert set(parts) == {"dynamics_loss", "action_loss"}
+        if not losses:  # the first step's gradients (the next step sets them to None first)
+            assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in step.params)
+            assert all(p.grad is None and not p.requires_grad for p in workload.encoders.parameters())
+        losses.append(float(loss))
     return losses
 
 
@@ -66,7 +64,7 @@ def test_tiny_preset_trains(name):
     workload = make(name)
     parts = built(workload)
     assert parts.frozen and len(parts.regions["blocks"]) == 2
-    losses = train(workload, parts, steps=6, lr=1e-3)
+    losses = train(workload, steps=6, lr=1e-3)
     assert all(math.isfinite(x) for x in losses)
     assert losses[-1] < losses[0]
 

@@ -8,9 +8,10 @@ import torch
 
 from benchbay import knobs as knob_table
 from benchbay.analysis.tables import loss_agreement
-from benchbay.collect.fidelity import UpdateFidelity, hyper_of, verdict
+from benchbay.analysis.update_fidelity import verdict
+from benchbay.collect.fidelity import UpdateFidelity, hyper_of
 from benchbay.knobs import optimizer as optimizer_knob
-from benchbay.knobs import training
+from benchbay.knobs import sr_adamw, training
 from tests.fixtures.tinywork import Tiny
 
 CPU = torch.device("cpu")
@@ -69,7 +70,7 @@ def test_stochastic_rounding_is_faithful_though_most_single_weights_stay(name):
 
 @pytest.mark.parametrize("name", FLAT)
 def test_flat_sr_buckets_and_state_bytes(monkeypatch, name):
-    monkeypatch.setattr(optimizer_knob, "BUCKET", 384 * 384)  # one tensor a bucket
+    monkeypatch.setattr(sr_adamw, "BUCKET", 384 * 384)  # one tensor a bucket
     params = weights(torch.bfloat16, n=3)
     optimizer = flat(name, params)
     assert len(optimizer.buckets) == 3
@@ -81,7 +82,7 @@ def test_flat_sr_buckets_and_state_bytes(monkeypatch, name):
 def test_flat_step_keeps_tensors_apart_splits_large_ones_and_skips_absent_gradients(monkeypatch):
     """Tensors start on whole blocks, one larger than a bucket's room is split over two, and a parameter
     without a gradient keeps its weight, as in torch's AdamW."""
-    monkeypatch.setattr(optimizer_knob, "BUCKET", 1 << 12)
+    monkeypatch.setattr(sr_adamw, "BUCKET", 1 << 12)
     params = [torch.nn.Parameter(torch.full((n,), 0.5, dtype=torch.bfloat16)) for n in (300, 7, 2000, 1500, 64)]
     values = {**knob_table.defaults_for(Tiny), "precision": "bf16", "optimizer": "adamw_sr"}
     optimizer = optimizer_knob.build("adamw_sr", params, torch.optim.AdamW(params, lr=0.1), values)

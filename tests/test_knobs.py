@@ -9,7 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchbay import knobs as knob_table
 from benchbay.knobs import training
-from benchbay.workloads.dreamzero import DreamZero
+from benchbay.workloads.dreamzero.workload import DreamZero
 from tests.fixtures.tinywork import Tiny
 
 CPU = torch.device("cpu")
@@ -80,10 +80,11 @@ def test_offload_shards_step_one_share_as_a_zero2_rank(shards):
 
 
 def test_deterministic_runs_repeat():
-    a = train(*make(deterministic=True))[1]
-    b = train(*make(deterministic=True))[1]
-    assert a == b
-    torch.use_deterministic_algorithms(False)
+    with make(deterministic=True)[0].process_settings():
+        assert torch.are_deterministic_algorithms_enabled()
+        a = train(*make(deterministic=True))[1]
+        b = train(*make(deterministic=True))[1]
+    assert a == b and not torch.are_deterministic_algorithms_enabled()  # the point's settings end with it
 
 
 @pytest.mark.parametrize("knobs, reason", [

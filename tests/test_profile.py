@@ -16,11 +16,12 @@ from benchbay.analysis.batch_search import search_edges
 from benchbay.collect.compile import compile_counters
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.profile import StepProfiler, Trace, analyse
-from benchbay.knobs import defaults_for, training
+from benchbay.launch.base import PointSpec
+from benchbay.launch.worker import PROFILED_STEPS
 from benchbay.profiling import profile_points
 from benchbay.record import Record
-from benchbay.suite import load
-from tests.conftest import TINY, write_suite
+from benchbay.suite import Steps, load
+from tests.conftest import TINY, InProcessLauncher, write_suite
 from tests.fixtures.tinywork import Tiny
 
 SUMMARY_KEYS = {"profile_dir", "profile_top_ops", "phases", "idle_gap_share", "syncs_per_step"}
@@ -39,18 +40,15 @@ class Annotated(Tiny):
         return loss, parts
 
 
-def profile_tiny(out_dir, sync=False, device="cpu", warmup=2, active=3):
-    device = torch.device(device)
-    knobs = {**defaults_for(Annotated), "precision": "fp32"}
-    workload = Annotated({"sync": sync}, knobs, device)
-    train_step = training.prepare(workload, knobs, device)
-    with StepProfiler(out_dir, warmup=warmup, active=active) as profiler:
-        for i in range(warmup + active + 1):  # like the worker: the profiled steps end before the loop
-            with record_function("data"):
-                batch = workload.batch(i)
-            train_step(batch)
-            profiler.step()
-    return profiler.summary()
+def profile_tiny(out_dir, sync=False, device="cpu"):
+    """A point of ``Annotated`` profiled through the worker's own loop, in this process: its
+    profiler's summary (with the point's other extra figures)."""
+    spec = PointSpec(workload="tests.test_profile:Annotated", params={"sync": sync}, knobs={"precision": "fp32"},
+                     steps=Steps(warmup=1, measure=1), device=device, timeout=120, profile=True,
+                     profile_dir=str(out_dir))
+    out = InProcessLauncher().run(spec, out_dir)
+    assert out.status == "ok", out.reason
+    return out.extra
 
 
 def test_profiled_step_writes_trace_table_and_summary(tmp_path):
@@ -61,14 +59,14 @@ def test_profiled_step_writes_trace_table_and_summary(tmp_path):
     trace = json.loads((tmp_path / "p" / "trace.json").read_text())
     names = {e.get("name") for e in trace["traceEvents"]}
     assert {"data", "forward", "backward", "optimizer"} <= names
-    assert sum(1 for n in names if n and n.startswith("ProfilerStep#")) == 3
+    assert sum(1 for n in names if n and n.startswith("ProfilerStep#")) == PROFILED_STEPS
     rows = list(csv.DictReader(open(tmp_path / "p" / "top_ops.csv")))
     assert rows[-1]["name"] == "other" and len(rows) == 16
     assert sum(float(r["share"]) for r in rows) == pytest.approx(1.0, abs=1e-6)
     assert any(r["name"] == "aten::addmm" for r in rows)
     assert [r["name"] for r in summary["profile_top_ops"]] == [r["name"] for r in rows]
     assert {"name", "time_s", "share"} <= set(summary["profile_top_ops"][0])
-    assert summary["profiled_steps"] == 3 and summary["phase_clock"] == "host"
+    assert summary["profiled_steps"] == PROFILED_STEPS and summary["phase_clock"] == "host"
     assert list(summary["phases"]) == ["data", "forward", "backward", "optimizer"]
     assert all(s > 0 for s in summary["phases"].values())
     assert summary["idle_gap_share"] is None  # no device
@@ -78,7 +76,7 @@ def test_profiled_step_writes_trace_table_and_summary(tmp_path):
 
 
 def test_deliberate_item_counts_as_a_sync_per_step(tmp_path):
-    assert profile_tiny(tmp_path / "p", sync=True, warmup=1, active=2)["syncs_per_step"] == 1
+    assert profile_tiny(tmp_path / "p", sync=True)["syncs_per_step"] == 1
 
 
 def test_failed_step_leaves_no_analysis(tmp_path):
@@ -126,9 +124,9 @@ def test_cuda_trace_analysis():
 
 
 def test_analyse_reads_a_stored_trace(tmp_path):
-    profile_tiny(tmp_path / "p", warmup=1, active=1)
+    profile_tiny(tmp_path / "p")
     figures = analyse(tmp_path / "p" / "trace.json")
-    assert figures["profiled_steps"] == 1 and "backward" in figures["phases"]
+    assert figures["profiled_steps"] == PROFILED_STEPS and "backward" in figures["phases"]
 
 
 @pytest.mark.slow

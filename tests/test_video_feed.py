@@ -23,12 +23,12 @@ from benchbay.progress import describe
 from benchbay.record import Record
 from benchbay.runner import SuiteRunner
 from benchbay.suite import load
-from benchbay.workloads.dreamzero import DreamZero
 from benchbay.workloads.dreamzero.config import preset as dreamzero_preset
 from benchbay.workloads.dreamzero.video import DroidCanvas
-from benchbay.workloads.wallx import WallX
+from benchbay.workloads.dreamzero.workload import DreamZero
 from benchbay.workloads.wallx.config import PRESETS as WALLX_PRESETS
 from benchbay.workloads.wallx.video import ImageProcessor, QwenPatches
+from benchbay.workloads.wallx.workload import WallX
 from tests.conftest import write_suite
 
 TINY_FED = "tests.fixtures.tinywork:FedTiny"
@@ -212,13 +212,6 @@ def test_a_decoder_failing_in_a_loader_worker_is_named_in_the_record():
                                  "/data/videos/chunk-000/ep0.mp4: RuntimeError: Could not load libtorchcodec. "
                                  "Likely causes:")
     assert "FFmpeg is not installed" in failure["traceback"]
-
-
-def test_the_analysis_knows_the_video_knobs():
-    from benchbay.analysis.data_loading import VIDEO_KNOB_NAMES
-    from benchbay.decode.feed import VIDEO_KNOBS
-
-    assert VIDEO_KNOB_NAMES == tuple(VIDEO_KNOBS)
 
 
 def test_training_workloads_import_without_pyav():

@@ -9,9 +9,9 @@ import torch.distributed as dist
 
 from benchbay import knobs as knob_table
 from benchbay.knobs import training
-from benchbay.workloads.wallx import WallX
 from benchbay.workloads.wallx.attention import language_mask
 from benchbay.workloads.wallx.layout import SequenceLayout
+from benchbay.workloads.wallx.workload import WallX
 
 CPU = torch.device("cpu")
 TINY = {"preset": "wallx-tiny"}

@@ -22,10 +22,9 @@ from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.analysis.plots import backend_colors
 from benchbay.analysis.steady import WAITED, first_dry_step
 from benchbay.analysis.tables import point_summary
+from benchbay.knobs.video import VIDEO_KNOBS
 from benchbay.record import Status
 
-#: the video knobs of benchbay.decode.feed.VIDEO_KNOBS (kept in step by a test; analysis stays light)
-VIDEO_KNOB_NAMES = ("data", "video_backend", "video_device", "num_workers", "prefetch_factor", "pin_memory")
 #: a loader keeps the step "as fast as synthetic data" within this inflation (the issue's 10%)
 WITHIN = 0.10
 LOADER = ["video_backend", "video_device", "num_workers", "prefetch_factor"]
@@ -87,7 +86,7 @@ def _inflation_in_run(summary: pd.DataFrame) -> pd.DataFrame:
     video = video_points(summary)
     if video.empty:
         return pd.DataFrame()
-    same = [c for c in knob_columns(summary) + param_columns(summary) + ["workload"] if c not in VIDEO_KNOB_NAMES]
+    same = [c for c in knob_columns(summary) + param_columns(summary) + ["workload"] if c not in VIDEO_KNOBS]
     synthetic = summary[(summary["data"] == "synthetic") & (summary["status"] == Status.OK)]
     baselines = {_baseline_key(row, same): row for _, row in synthetic.iterrows()}
     rows = []

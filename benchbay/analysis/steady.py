@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.record import Status
+
+if TYPE_CHECKING:  # the worker reads the series functions: pandas only where frames are read
+    import pandas as pd
 
 #: a step waited for its batch when the wait took this share of it: the loader's queue was empty
 #: (one that keeps up leaves 0.05-0.09% of an H200 step waiting)
@@ -78,6 +80,8 @@ def amortisation_steps(first_step_s: float, step_s: float, eager_step_s: float) 
 
 def warm(row: pd.Series) -> bool:
     """The point loaded compiled graphs from the cache: its first step is not a compile."""
+    from benchbay.analysis.frame import is_missing
+
     hits = row.get("extra.compile_cache_hits")
     return not is_missing(hits) and hits > 0
 
@@ -88,6 +92,10 @@ def amortisation_table(summary: pd.DataFrame) -> pd.DataFrame:
 
     ``summary`` is :func:`benchbay.analysis.tables.point_summary`'s frame.
     """
+    import pandas as pd
+
+    from benchbay.analysis.frame import knob_columns, param_columns
+
     accel = [k for k in ACCELERATION_KNOBS if k in summary.columns]
     columns = ["point", "eager_point", "first_step_s", "step_time_s", "eager_step_time_s",
                "overhead_s", "break_even_steps"]

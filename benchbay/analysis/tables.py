@@ -27,7 +27,7 @@ from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column, peak_label_c
 from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
-from benchbay.collect.fidelity import verdict
+from benchbay.analysis.update_fidelity import verdict
 from benchbay.record import Status
 
 #: figures summarised by their median over the ok repeats

@@ -19,13 +19,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from benchbay.analysis.update_fidelity import verdict
+
 #: elements sampled from each trainable tensor (all of a smaller one)
 PER_TENSOR = 256
-#: faithful when the applied share of the reference update is within this of 1
-TOLERANCE = 0.10
-#: lossy only when the share is this many standard errors outside the faithful band: stochastic
-#: rounding is noisy per element but unbiased, and noise alone must not make a point lossy
-Z = 3.0
 
 
 @dataclass(frozen=True)
@@ -45,18 +42,6 @@ def hyper_of(optimizer) -> list[tuple[list[nn.Parameter], AdamHyper]]:
         groups.append((list(g["params"]), AdamHyper(float(g["lr"]), float(b1), float(b2), float(g["eps"]),
                                                     float(g["weight_decay"]))))
     return groups
-
-
-def verdict(share: float | None, se: float | None) -> str | None:
-    """faithful | lossy | uncertain (the sample cannot tell), None where nothing was measured."""
-    if share is None or not math.isfinite(share):
-        return None
-    if abs(share - 1.0) <= TOLERANCE:
-        return "faithful"
-    margin = Z * (se or 0.0)
-    if share + margin < 1.0 - TOLERANCE or share - margin > 1.0 + TOLERANCE:
-        return "lossy"
-    return "uncertain"
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:

@@ -27,10 +27,12 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where frames are decoded: the decode workload is declared without it
+    import torch
 
 MODES = ("loader", "best")
 
@@ -132,6 +134,8 @@ class Backend(ABC):
     @classmethod
     def unavailable_reason(cls, device: str = "cpu") -> str | None:
         """Why this backend cannot run here, found without importing it (None if it can)."""
+        import torch
+
         try:
             dist = importlib.metadata.distribution(cls.distribution)
         except importlib.metadata.PackageNotFoundError:
@@ -254,6 +258,8 @@ class _LeRobotHandle(_TorchCodecHandle):
         self.fps = decoder.metadata.average_fps
 
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        import torch
+
         # lerobot asks for timestamps (the episode's from_timestamp + the frame's own) and rounds
         # them back to indices on the file's average fps
         query = torch.tensor(indices, dtype=torch.float64) / self.fps
@@ -312,6 +318,8 @@ class _DecordHandle(Handle):
         return len(self.reader)
 
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        import torch
+
         return torch.from_dlpack(self.reader.get_batch(indices).to_dlpack())
 
     def close(self) -> None:
@@ -406,6 +414,8 @@ class _LeRobotPyAVHandle(_PyAVHandle):
     convert every frame up to the last one, then take the frame nearest each timestamp."""
 
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        import torch
+
         wanted = np.asarray(indices, dtype=np.float64) / self.fps
         times, frames = [], []
         for frame in self._frames_from_keyframe(wanted.min(), wanted.max()):
@@ -420,6 +430,8 @@ class _KeyframePyAVHandle(_PyAVHandle):
     only the requested frames (identified by their timestamps on the constant frame rate)."""
 
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        import torch
+
         wanted = set(indices)
         decoded: dict[int, np.ndarray] = {}
         for frame in self._frames_from_keyframe(min(indices) / self.fps, max(indices) / self.fps):
@@ -461,6 +473,8 @@ class _IndexedPyAVHandle(_PyAVHandle):
         self._next = index
 
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        import torch
+
         decoded: dict[int, np.ndarray] = {}
         for target in sorted(set(indices)):
             keyframe = self.keyframes[bisect_right(self.keyframes, target) - 1]
@@ -493,6 +507,7 @@ class PyNvVideoCodec(Backend):
 
     def _open(self, path: Path) -> Handle:
         import PyNvVideoCodec as nvc
+        import torch
 
         decoder = nvc.SimpleDecoder(str(path), gpu_id=torch.cuda.current_device(), use_device_memory=True,
                                     output_color_type=nvc.OutputColorType.RGB)
@@ -501,6 +516,8 @@ class PyNvVideoCodec(Backend):
 
 class _NvcHandle(_DecoderHandle):
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        import torch
+
         unique = sorted(set(indices))  # ascending and once each: what a forward decode serves
         frames = dict(zip(unique, self.decoder.get_batch_frames_by_index(unique), strict=True))
         return torch.stack([torch.from_dlpack(frames[i]) for i in indices])
@@ -527,6 +544,7 @@ class Dali(Backend):
 
     def _open(self, path: Path) -> Handle:
         import av
+        import torch
 
         if self._pipeline is None:
             self._pipeline = _dali_pipeline(torch.cuda.current_device())
@@ -559,6 +577,7 @@ class _DaliHandle(Handle):
         return self.frames
 
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
+        import torch
         from nvidia.dali.plugin.pytorch import feed_ndarray
 
         unique = sorted(set(indices))
@@ -578,6 +597,8 @@ class _DaliHandle(Handle):
 def nvdec_codec_reason(codec: str) -> str | None:
     """Why this machine's GPU cannot decode ``codec`` on NVDEC (None if it can, or there is no GPU
     to ask). AV1: NVIDIA's Video Codec SDK lists no AV1 decoder before GA10x, on GA100 or on Hopper."""
+    import torch
+
     if codec != "av1" or not torch.cuda.is_available():
         return None
     capability = torch.cuda.get_device_capability()

@@ -39,10 +39,12 @@ import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # parquet is written and read where datasets are: the decode workload is declared without it
+    import pandas as pd
 
 CHUNK_SIZE = 1000
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
@@ -200,6 +202,8 @@ def write_video(path: Path, spec: ClipSpec, camera_index: int, seed: int, encode
 
 
 def _lowdim(spec: ClipSpec, episode: int, seed: int) -> pd.DataFrame:
+    import pandas as pd
+
     rng = np.random.default_rng([seed, episode, 7])
     n = spec.episode_frames
     state = np.cumsum(rng.normal(0, 0.02, size=(n, spec.state_dim)), axis=0).astype(np.float32)
@@ -267,6 +271,8 @@ def write_dataset(root: Path, spec: ClipSpec, seed: int = 0) -> Path:
 def _write_v3(root: Path, spec: ClipSpec, seed: int, encoder: str) -> None:
     """The v3.0 layout: file ``f`` holds episodes ``f * episodes_per_file ...``; each episode is
     encoded alone into a scratch file, then the files are joined by stream copy."""
+    import pandas as pd
+
     rows = []
     for file in range(-(-spec.episodes // spec.episodes_per_file)):
         names = {"chunk_index": file // CHUNK_SIZE, "file_index": file % CHUNK_SIZE}
@@ -478,6 +484,8 @@ def _episodes_v2(root: Path, info: dict[str, Any], cameras: list[str]):
 def _episodes_v3(root: Path, info: dict[str, Any], cameras: list[str]):
     """Per episode its length and, per camera, its file and first frame: the from_timestamp that
     shifts every query into the file, as a frame index on the dataset's frame rate."""
+    import pandas as pd
+
     files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
     if not files:
         raise DatasetFormatError(f"{root}: codebase_version v3.0 needs meta/episodes/chunk-*/file-*.parquet")

@@ -30,21 +30,8 @@ from benchbay.decode.backends import BACKENDS, Settings
 from benchbay.decode.clips import PRESETS, VideoDataset, cached_dataset
 from benchbay.decode.loader import DecodeDataset, make_loader, next_batch
 from benchbay.decode.patterns import Pattern
-from benchbay.workloads.base import Choice, TrainingWorkload
-
-#: the knobs of a training workload that can be fed decoded video (its first value is the default)
-VIDEO_KNOBS = {
-    "data": Choice(("synthetic", "video"), "synthetic: batches made on the device; video: decoded from a "
-                   "LeRobot-layout dataset by a DataLoader, as the real loader does, the rest synthetic"),
-    "video_backend": Choice(("torchcodec", "decord", "pyav", "lerobot"),
-                            "data=video: the decoding library, or lerobot: LeRobot's own path over torchcodec"),
-    "video_device": Choice(("cpu", "cuda"), "data=video: where frames are decoded (cuda: NVDEC, torchcodec)"),
-    "num_workers": Choice((0, 2, 4, 8, 16), "data=video: DataLoader worker processes"),
-    "prefetch_factor": Choice((2, 4, 8), "data=video: batches each worker prepares ahead"),
-    "pin_memory": Choice((True, False), "data=video: DataLoader pin_memory (with a GPU)"),
-}
-#: workload params of a video-fed workload: ``root`` an existing dataset, else one is generated
-VIDEO_PARAMS = {"root": None, "episodes": 4, "episode_frames": 240}
+from benchbay.knobs.video import VIDEO_KNOBS
+from benchbay.workloads.base import TrainingWorkload
 
 #: one sample's decoded views (each camera's (frames, H, W, 3) uint8) -> the model's input tensor
 SamplePipeline = Callable[[list[torch.Tensor]], torch.Tensor]

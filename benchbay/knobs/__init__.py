@@ -11,7 +11,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchbay.knobs.optimizer import CHOICES as OPTIMIZERS
-from benchbay.workloads.base import Choice, TrainingWorkload, Workload
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A workload-specific knob: its allowed values (first is the default) and what it does."""
+
+    values: tuple[Any, ...]
+    help: str = ""
+
+    @property
+    def default(self) -> Any:
+        return self.values[0]
 
 
 @dataclass(frozen=True)
@@ -61,20 +72,17 @@ GENERIC: dict[str, Knob] = {
 }
 
 
-def specs_for(workload_cls: type[Workload]) -> dict[str, Knob | Choice]:
-    """Every knob a point of this workload may set: the generic ones (for training workloads)
-    and the workload's own."""
-    own: dict[str, Knob | Choice] = dict(workload_cls.knobs)
-    if issubclass(workload_cls, TrainingWorkload):
-        return {**GENERIC, **own}
-    return {"mbs": GENERIC["mbs"], "seed": GENERIC["seed"], **own}
+def specs_for(workload_cls: type) -> dict[str, Knob | Choice]:
+    """Every knob a point of this workload class may set: the generic ones it takes
+    (``Workload.generic_knobs``: all of them for a training workload) and its own."""
+    return {**{name: GENERIC[name] for name in workload_cls.generic_knobs}, **workload_cls.knobs}
 
 
-def defaults_for(workload_cls: type[Workload]) -> dict[str, Any]:
+def defaults_for(workload_cls: type) -> dict[str, Any]:
     return {name: spec.default for name, spec in specs_for(workload_cls).items()}
 
 
-def check_value(workload_cls: type[Workload], name: str, value: Any) -> str | None:
+def check_value(workload_cls: type, name: str, value: Any) -> str | None:
     """None when ``value`` is allowed for knob ``name``, else what was expected."""
     spec = specs_for(workload_cls)[name]
     if name == "compile":
@@ -89,7 +97,7 @@ def check_value(workload_cls: type[Workload], name: str, value: Any) -> str | No
     return None
 
 
-def _check_compile(workload_cls: type[Workload], value: Any) -> str | None:
+def _check_compile(workload_cls: type, value: Any) -> str | None:
     regions = getattr(workload_cls, "regions", ())
     expected = f"'off', 'full' or regions joined by '+' from {list(regions)}"
     if not isinstance(value, str):

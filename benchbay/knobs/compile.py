@@ -6,11 +6,14 @@ inside the compiled region (a CUDA-graphed region inside a checkpoint fails: PT 
 
 from __future__ import annotations
 
-from benchbay.workloads.base import ModelParts
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
+    from benchbay.workloads.base import ModelParts
 
 
 def apply(parts: ModelParts, value: str, cuda_graph: str) -> None:
-    """Compile in place (``benchbay.knobs.training.apply_process_settings`` makes a recompile
+    """Compile in place (``benchbay.knobs.training.process_settings`` makes a recompile
     limit hit an error rather than a silent fall-back to eager)."""
     if value == "off":
         return

@@ -5,10 +5,12 @@ Frozen encoders run in bf16 whenever training computes in bf16, as the real pipe
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import torch
 
-from benchbay.workloads.base import ModelParts
+if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
+    from benchbay.workloads.base import ModelParts
 
 
 def apply(parts: ModelParts, precision: str) -> None:

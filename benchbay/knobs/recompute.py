@@ -11,6 +11,7 @@ the costliest op of a long sequence, and recomputes the matmuls."""
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import torch
 import torch._higher_order_ops as higher_order_ops
@@ -19,7 +20,9 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from benchbay.knobs.replace import replace_blocks
-from benchbay.workloads.base import ModelParts
+
+if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
+    from benchbay.workloads.base import ModelParts
 
 _ATTENTION = {torch.ops.aten._scaled_dot_product_efficient_attention.default,
               torch.ops.aten._scaled_dot_product_flash_attention.default,

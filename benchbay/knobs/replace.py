@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from torch import nn
 
-from benchbay.workloads.base import ModelParts
+if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
+    from benchbay.workloads.base import ModelParts
 
 
 def replace_blocks(parts: ModelParts, wrap: Callable[[nn.Module], nn.Module]) -> None:

@@ -6,6 +6,8 @@ compile). full and grad_op differ only in ``reshard_after_forward``; hybrid is a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -13,18 +15,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from benchbay.workloads.base import ModelParts
-
-
-def skip_reason(knobs: dict, world_size: int) -> str | None:
-    if knobs["sharding"] == "fsdp2_hybrid":
-        replicate = knobs["replicate"]
-        if world_size % replicate or world_size // replicate < 2 or replicate < 2:
-            return (f"fsdp2_hybrid needs replicate >= 2 groups of >= 2 shards dividing the world size "
-                    f"({world_size} processes, replicate={replicate})")
-    if knobs["offload"] == "optimizer" and knobs["sharding"] == "ddp":
-        return "offload=optimizer is implemented with FSDP2's CPUOffloadPolicy or without sharding, not under DDP"
-    return None
+if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
+    from benchbay.workloads.base import ModelParts
 
 
 def apply(parts: ModelParts, knobs: dict, device: torch.device) -> nn.Module:

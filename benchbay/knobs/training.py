@@ -6,9 +6,9 @@ block, then the root (or DDP) -> optimizer over what remains trainable."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -17,31 +17,18 @@ from torch.profiler import record_function
 from benchbay.collect.fidelity import UpdateFidelity, hyper_of
 from benchbay.knobs import compile as compile_knob
 from benchbay.knobs import optimizer as optimizer_knob
-from benchbay.knobs import precision, recompute, sharding
+from benchbay.knobs import precision, recompute, rules, sharding
 from benchbay.knobs.offload import CPUOffloadedOptimizer
-from benchbay.workloads.base import TrainingWorkload
+
+if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
+    from benchbay.workloads.base import TrainingWorkload
 
 
 def skip_reason(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.device,
                 world_size: int) -> str | None:
     """Why this combination of generic knobs cannot run here (None if it can)."""
-    graphs = type(workload).graphs
-    if knobs["cuda_graph"] not in graphs:
-        return (f"cuda_graph={knobs['cuda_graph']}: workload {workload.name} does not support it "
-                f"(supports {', '.join(graphs)})")
-    if knobs["recompute"] in recompute.SAVED and knobs["recompute_impl"] == "reentrant":
-        return f"recompute={knobs['recompute']} needs recompute_impl=non_reentrant (selective checkpoint contexts)"
-    if knobs["cudnn_benchmark"] and device.type != "cuda":
-        return f"cudnn_benchmark=True picks cuDNN's algorithms: it needs a CUDA device (running on {device.type})"
-    if knobs["cudnn_benchmark"] and knobs["deterministic"]:
-        return "cudnn_benchmark=True may pick non-deterministic algorithms: it contradicts deterministic=True"
-    if knobs["cuda_graph"] != "off" and device.type != "cuda":
-        return f"cuda_graph={knobs['cuda_graph']} needs a CUDA device (running on {device.type})"
-    if knobs["cuda_graph"] == "step" and knobs["compile"] == "off":
-        return "cuda_graph=step runs the compiled regions as CUDA graphs: it needs compile != off"
-    if knobs["cuda_graph"] == "step" and knobs["sharding"].startswith("fsdp2"):
-        return "cuda_graph=step with FSDP2: all-gathered parameters change address every step (re-recording)"
-    return optimizer_knob.skip_reason(knobs, device) or sharding.skip_reason(knobs, world_size)
+    return (rules.skip_reason(type(workload), knobs, device.type, world_size)
+            or optimizer_knob.skip_reason(knobs, device))
 
 
 @dataclass
@@ -74,10 +61,13 @@ class TrainStep:
         return loss.detach().clone(), grad_norm.detach().clone(), {k: v.detach().clone() for k, v in parts.items()}
 
 
-def apply_process_settings(knobs: dict[str, Any]) -> None:
-    """The knobs that are settings of the whole process. Process-wide is right here: each point
-    runs in a process of its own (benchbay.launch), and these must hold at every step, not only
-    while the model is built (dynamo recompiles, and kernels are picked, as the steps run)."""
+@contextlib.contextmanager
+def process_settings(knobs: dict[str, Any]) -> Iterator[None]:
+    """The knobs that are settings of the whole process, for as long as a point runs: its build and
+    every step (dynamo recompiles, and kernels are picked, as the steps run). Restored after, so a
+    point run in another process than its own (a test's) leaves none behind."""
+    saved = (torch._dynamo.config.fail_on_recompile_limit_hit, torch.are_deterministic_algorithms_enabled(),
+             torch.is_deterministic_algorithms_warn_only_enabled(), torch.backends.cudnn.benchmark)
     if knobs["compile"] != "off":
         # a silent fall-back to eager after too many recompiles would make a compiled point lie
         torch._dynamo.config.fail_on_recompile_limit_hit = True
@@ -86,10 +76,16 @@ def apply_process_settings(knobs: dict[str, Any]) -> None:
         # an op without a deterministic kernel then fails the point with a clear error instead
         torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = knobs["cudnn_benchmark"]
+    try:
+        yield
+    finally:
+        torch._dynamo.config.fail_on_recompile_limit_hit = saved[0]
+        torch.use_deterministic_algorithms(saved[1], warn_only=saved[2])
+        torch.backends.cudnn.benchmark = saved[3]
 
 
 def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.device) -> TrainStep:
-    apply_process_settings(knobs)
+    """The training step of one point (under ``process_settings``, which the worker holds)."""
     parts = workload.build()
     for module in parts.frozen:
         module.requires_grad_(False).eval()

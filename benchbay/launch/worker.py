@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 # imported before the steps: an import inside the warm-up stalls the step it lands in (pandas alone
@@ -150,9 +151,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     measured = Measured(times=[], energy=EnergyMeter(device.index if device.type == "cuda" else None))
     try:
         profiler, snapshot = _profiler(spec, spec["steps"]), MemorySnapshot.from_spec(spec, device)
-        _measure(workload, spec, device, sampler, profiler, snapshot, measured)
-        phase("metrics")
-        result.update(_figures(workload, spec, device, measured, sampler, profiler, snapshot))
+        with workload.process_settings():
+            _measure(workload, spec, device, sampler, profiler, snapshot, measured)
+            phase("metrics")
+            result.update(_figures(workload, spec, device, measured, sampler, profiler, snapshot))
     except Exception as exc:  # classified below; the sweep goes on in the parent
         return {**result, **_failure(exc, measured.step_index, device, after_steps=bool(measured.times))}
     finally:
@@ -330,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     spec_path, result_path = (argv or sys.argv[1:])[:2]
     spec = json.loads(Path(spec_path).read_text())
     if spec.get("timeout"):  # a point about to time out says where it stands, in its log
-        faulthandler.dump_traceback_later(max(spec["timeout"] - STACK_DUMP_LEAD_S, 1.0), exit=False)
+        # the timeout counts from the process's start: its imports (seconds on a busy host) included
+        age = time.time() - psutil.Process().create_time()
+        faulthandler.dump_traceback_later(max(spec["timeout"] - STACK_DUMP_LEAD_S - age, 1.0), exit=False)
     started = time.time()
     result = run(spec)
     result["duration_s"] = time.time() - started

@@ -19,29 +19,20 @@ Minimal user workload (``workload: mypkg.bench:MyStep`` in a suite)::
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from torch import nn
-from torch.profiler import record_function
+from benchbay.knobs import GENERIC, defaults_for
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a workload's declaration (name, knobs, params, regions) is read without torch
+    import torch
+    from torch import nn
+
     from benchbay.decode.feed import VideoFeed
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A workload-specific knob: its allowed values (first is the default) and what it does."""
-
-    values: tuple[Any, ...]
-    help: str = ""
-
-    @property
-    def default(self) -> Any:
-        return self.values[0]
+    from benchbay.knobs import Choice
 
 
 @dataclass
@@ -82,14 +73,14 @@ class Workload:
     knobs: ClassVar[dict[str, Choice]] = {}
     #: parameters a suite may give under ``workload.params`` with their defaults
     params: ClassVar[dict[str, Any]] = {}
+    #: the generic knobs (benchbay.knobs.GENERIC) a point of it may set
+    generic_knobs: ClassVar[tuple[str, ...]] = ("mbs", "seed")
 
     def __init__(self, params: dict[str, Any], knobs: dict[str, Any], device: torch.device):
         unknown = set(params) - set(self.params)
         if unknown:
             raise ValueError(f"{self.name}: unknown params {sorted(unknown)}; known: {sorted(self.params)}")
         self.params = {**type(self).params, **params}
-        from benchbay.knobs import defaults_for  # benchbay.knobs imports this module
-
         self.knob_values = {**defaults_for(type(self)), **knobs}  # every knob: its default where not given
         self.device = device
 
@@ -134,6 +125,10 @@ class Workload:
         """Why the harness cannot run this point here, beyond ``skip_reason`` (None if it can)."""
         return None
 
+    def process_settings(self) -> contextlib.AbstractContextManager:
+        """Settings of the whole process the point runs under, from its build to its last step."""
+        return contextlib.nullcontext()
+
     def prepare(self) -> Step:
         """Everything before the first step (build, knobs, files); returns the step to time."""
         raise NotImplementedError
@@ -151,6 +146,8 @@ class StepWorkload(Workload):
         raise NotImplementedError
 
     def prepare(self) -> Step:
+        import torch
+
         self.setup()
 
         def one(index: int) -> StepOutput:
@@ -163,6 +160,7 @@ class StepWorkload(Workload):
 class TrainingWorkload(Workload):
     """A training step. Subclasses implement build/batch/loss; the harness applies the knobs."""
 
+    generic_knobs = tuple(GENERIC)
     #: region names this workload's ``build`` returns (``compile`` values are validated against them)
     regions: ClassVar[tuple[str, ...]] = ("blocks",)
     #: the ``cuda_graph`` values it supports: "step" is the harness's; "attention" only where the
@@ -190,6 +188,8 @@ class TrainingWorkload(Workload):
     # --- optional -----------------------------------------------------------------------------
     def optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
         """The optimizer over the trainable parameters (after sharding)."""
+        import torch
+
         return torch.optim.AdamW(params, lr=1e-5)
 
     # --- the harness's side -------------------------------------------------------------------
@@ -207,7 +207,14 @@ class TrainingWorkload(Workload):
 
         return training.skip_reason(self, self.knob_values, self.device, world_size)
 
+    def process_settings(self) -> contextlib.AbstractContextManager:
+        from benchbay.knobs import training
+
+        return training.process_settings(self.knob_values)
+
     def prepare(self) -> Step:
+        from torch.profiler import record_function
+
         from benchbay.knobs import training
 
         train_step = self._train_step = training.prepare(self, self.knob_values, self.device)

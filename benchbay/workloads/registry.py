@@ -9,9 +9,16 @@ from importlib.metadata import entry_points
 from benchbay.workloads.base import Workload
 
 BUILTIN = {
-    "dreamzero": "benchbay.workloads.dreamzero:DreamZero",
-    "wallx": "benchbay.workloads.wallx:WallX",
+    "dreamzero": "benchbay.workloads.dreamzero.workload:DreamZero",
+    "wallx": "benchbay.workloads.wallx.workload:WallX",
     "decode": "benchbay.workloads.decode:Decode",
+}
+#: built-in workloads whose declaration (what a suite may set) is a class of its own, without the
+#: model code and torch: suites are validated, listed and their results read from it
+DECLARED = {
+    "dreamzero": "benchbay.workloads.dreamzero.declared:DreamZeroDeclaration",
+    "wallx": "benchbay.workloads.wallx.declared:WallXDeclaration",
+    "decode": "benchbay.workloads.decode_declared:DecodeDeclaration",
 }
 
 ENTRY_POINT_GROUP = "benchbay.workloads"
@@ -32,6 +39,17 @@ def resolve(name: str) -> type[Workload]:
     if ":" not in target:
         raise LookupError(f"unknown workload {name!r}; registered: {sorted(available())}, "
                           "or give 'module:Class' for your own")
+    return _load(name, target)
+
+
+def declaration(name: str) -> type[Workload]:
+    """What a suite may set for a workload (its knobs, params, regions): a built-in's declaration,
+    read without its model code, else the class ``resolve`` gives."""
+    builtin = name in DECLARED and available()[name] == BUILTIN[name]  # not a package's own of that name
+    return _load(name, DECLARED[name]) if builtin else resolve(name)
+
+
+def _load(name: str, target: str) -> type[Workload]:
     module_name, attr = target.split(":", 1)
     try:
         obj = getattr(importlib.import_module(module_name), attr)

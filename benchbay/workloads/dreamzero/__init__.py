@@ -1,5 +1,3 @@
-"""DreamZero (a World Action Model on a Wan video-diffusion transformer): its training step."""
+"""DreamZero (a World Action Model on a Wan video-diffusion transformer): its training step.
 
-from benchbay.workloads.dreamzero.workload import DreamZero
-
-__all__ = ["DreamZero"]
+``declared``: what a suite may set (read without torch); ``workload``: the step itself."""

@@ -10,39 +10,20 @@ import torch
 from torch.profiler import record_function
 from transformers import Qwen2_5_VLForConditionalGeneration
 
-from benchbay.decode.feed import VIDEO_KNOBS, VIDEO_PARAMS, open_feed, video_unavailable
+from benchbay.decode.feed import open_feed, video_unavailable
 from benchbay.decode.patterns import CurrentFrame
-from benchbay.workloads.base import Choice, ModelParts, TrainingWorkload
+from benchbay.workloads.base import ModelParts
 from benchbay.workloads.wallx.attention import set_implementations, varlen_unavailable
 from benchbay.workloads.wallx.batch import VisionInputs, WallXBatch, synthetic_batch
 from benchbay.workloads.wallx.config import PRESETS
+from benchbay.workloads.wallx.declared import WallXDeclaration
 from benchbay.workloads.wallx.flops import forward_flops
 from benchbay.workloads.wallx.layout import SequenceLayout, Token
 from benchbay.workloads.wallx.model import WallXModel
 from benchbay.workloads.wallx.video import QwenPatches
 
 
-class WallX(TrainingWorkload):
-    name = "wallx"
-    regions = ("backbone", "vision")   # the 36 decoder layers; the 32 vision blocks
-    knobs = {
-        "attention": Choice(("sdpa", "eager", "flash", "flex"),
-                            "language model attention: sdpa/eager with a 4-D mask, flash = torch varlen_attn "
-                            "(FlashAttention-2; CUDA, bf16), flex = FlexAttention with a BlockMask (always compiled)"),
-        "vision_attention": Choice(("sdpa", "eager", "flash"),
-                                   "vision tower windowed attention: sdpa/eager issue one call per window "
-                                   "(host sync per layer); flash packs all windows into one varlen call"),
-        "lm_head": Choice(("all", "text", "chunked"),
-                          "all: lm_head over every token, as the official step; text: over the text tokens only; "
-                          "chunked: text tokens, 1024 rows at a time, fp32 logits recomputed in backward"),
-        "loss_compile": Choice((False, True),
-                               "compile the text cross-entropy (lm_head, fp32 log-softmax; per chunk when "
-                               "chunked): the fp32 logits are never written"),
-        **VIDEO_KNOBS,
-    }
-    params = {"preset": "wallx-3b", "action_horizon": 32, "layers": None, **VIDEO_PARAMS}
-    video_preset = "libero"
-
+class WallX(WallXDeclaration):
     def __init__(self, params, knobs, device):
         super().__init__(params, knobs, device)
         if self.params["preset"] not in PRESETS:

@@ -82,7 +82,7 @@ extra_key: 1
     # an unknown knob lists the known ones
     assert "knobs.precison" in problems and "precision" in problems["knobs.precison"]
     assert "knobs.mbs" in problems and "positive integer" in problems["knobs.mbs"]
-    assert "one of ['off', 'full', 'selective']" in problems["knobs.recompute"]
+    assert "one of ['off', 'full', 'selective', 'attention']" in problems["knobs.recompute"]
     assert "blocks" in problems["knobs.compile"]
     assert problems["compile_cache"] == "one of ['point', 'run'], got 'shared'"
     for key in ("sweep.grid.mbs", "sweep.zip", "steps.warmup", "steps.measure", "steps.steady", "repeats",

@@ -139,10 +139,11 @@ def cmd_run(args) -> int:
         return 3
     if not args.no_report:
         from benchbay.report import build_report
-        from benchbay.store import load_runs
+        from benchbay.store import find_runs, load_runs
 
         out = Path(args.report_dir or Path("reports") / suite.name)
-        path = build_report(load_runs([summary.run]), out, title=suite.name, suite_meta=suite.raw,
+        # the suite's runs (build_report keeps this machine's): a run of --point adds to the report
+        path = build_report(load_runs(find_runs([summary.run.parent])), out, title=suite.name, suite_meta=suite.raw,
                             peak_flops=_peak_flops())
         console.print(f"report: {path}")
     if not summary.failed:

@@ -135,3 +135,19 @@ def test_the_peak_flops_override_reaches_the_report(tmp_path, monkeypatch):
     monkeypatch.setenv("BENCHBAY_PEAK_TFLOPS", "500")
     assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 0
     assert "NVIDIA H200: 500 TFLOP/s (override)" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_a_run_of_one_point_adds_to_the_suites_report(tmp_path, in_repo, cli_env):
+    suite = write_suite(tmp_path / "s.yaml", f"""
+name: clipart
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+sweep: {{points: [{{label: first}}, {{label: second, mbs: 2}}]}}
+steps: {{warmup: 1, measure: 2}}
+""")
+    for label in ("first", "second"):
+        out = run(["run", str(suite), "--point", label, "--results", str(tmp_path / "res"),
+                   "--report-dir", str(tmp_path / "rep")], cli_env, in_repo)
+        assert out.returncode == 0, out.stderr
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "| first | ok |" in report and "| second | ok |" in report  # the second run did not replace the first

@@ -92,7 +92,10 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     for s in SERIES:
         out[s] = _first_valid(ok[s]) if s in ok else None
     out["health_warnings"] = warnings_of(rows)
-    out["notes"] = notes(out["step_time_cv"], out["health_warnings"])
+    # a decoder's step is the wait for its next sample, which a queue filled ahead answers at once:
+    # its spread says nothing of the decoding, whose figures are its latency and CPU
+    decoder = "extra.view_latency_ms_median" in ok and ok["extra.view_latency_ms_median"].notna().any()
+    out["notes"] = notes(None if decoder else out["step_time_cv"], out["health_warnings"])
     out["fidelity"] = fidelity_label(out["update_applied_share"], out["update_applied_share_se"])
     return out
 

@@ -169,7 +169,7 @@ def _regressed(run: Path, baseline_name: str | None, results: str) -> list[str]:
 
 
 def cmd_profile(args) -> int:
-    from benchbay.profiling import profile_points
+    from benchbay.profiling import profile_points, summary_lines
 
     labels = list(args.point)
     if args.from_gate:
@@ -180,7 +180,7 @@ def cmd_profile(args) -> int:
         console.print(f"profiling the regressed points: {', '.join(regressed)}")
         labels += regressed
     run = profile_points(_suite(args), labels, args.results, peak_flops=_peak_flops())
-    console.print(f"profiles: {run / 'profiles'} (records: {run})")
+    print("\n".join(summary_lines(run)))
     return 0
 
 

@@ -99,9 +99,13 @@ def cmd_validate(args) -> int:
     points = suite.expand()
     excluded = sum(1 for p in points if p.excluded)
     workloads = ", ".join(dict.fromkeys(p.workload for p in points))
-    console.print(f"{args.suite}: valid; {len(points)} points ({excluded} excluded) x {suite.repeats} repeats "
-                  f"of {workloads}")
+    console.print(f"{args.suite}: valid; {_count(len(points), 'point')} ({excluded} excluded) x "
+                  f"{_count(suite.repeats, 'repeat')} of {workloads}")
     return 0
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _launcher(args, suite):
@@ -373,8 +377,11 @@ def cmd_history(args) -> int:
 
     from benchbay.analysis.history import history
     from benchbay.store import load_runs
+    from benchbay.suite import load
 
-    table = history(load_runs([args.suite], args.results), args.metric, statistic=args.statistic)
+    # a suite file names its suite, as for run and validate
+    name = load(args.suite).name if args.suite.endswith((".yaml", ".yml")) else args.suite
+    table = history(load_runs([name], args.results), args.metric, statistic=args.statistic)
     columns = [c for c in ("point", "run_id", "git_commit", "started_at", "value", "change_point", "step",
                            "verdict") if c in table]
     with pd.option_context("display.width", 200, "display.max_colwidth", 50):

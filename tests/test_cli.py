@@ -151,3 +151,17 @@ steps: {{warmup: 1, measure: 2}}
         assert out.returncode == 0, out.stderr
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "| first | ok |" in report and "| second | ok |" in report  # the second run did not replace the first
+
+
+def test_a_suite_file_names_its_history_one_point_is_singular_and_a_bad_resume_names_its_id(one_run, tmp_path,
+                                                                                             capsys):
+    suite = write_suite(tmp_path / "tiny.yaml", f"""
+name: tiny
+workload: {{name: "{TINY}"}}
+""")
+    assert main(["validate", str(suite)]) == 0
+    assert "valid; 1 point (0 excluded) x 1 repeat of" in capsys.readouterr().out.replace("\n", " ")
+    assert main(["history", str(suite), "--results", str(one_run)]) == 0  # as `history tiny`
+    assert "change point(s)" in capsys.readouterr().out
+    assert main(["run", str(suite), "--resume", "20261202-999999-xxxx", "--results", str(one_run)]) == 2
+    assert "--resume 20261202-999999-xxxx: no run '20261202-999999-xxxx' of suite 'tiny'" in capsys.readouterr().err

@@ -251,10 +251,11 @@ def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
     tall = times > CUT_AXIS_RATIO * times.min()
     cut = bool(tall.any() and not tall.all())
     shown = times[~tall] if cut else times
-    # room above the highest bar and whisker for its two-line label
+    # room above the highest bar and whisker for its two-line label, and below the lowest whisker
     highest = np.nanmax(np.append(shown, high[~tall] if cut else high))
-    top = highest + 0.25 * (shown.max() - shown.min()) if cut else highest * 1.2
-    ax_time.set_ylim(shown.min() - 0.15 * (shown.max() - shown.min()) if cut else 0, top)
+    lowest = np.nanmin(np.append(shown, low[~tall])) if cut else 0
+    top = highest + 0.25 * (highest - lowest) if cut else highest * 1.2
+    ax_time.set_ylim(lowest - 0.1 * (highest - lowest) if cut else 0, top)
     for xi in x[tall] if cut else []:
         ax_time.annotate(f"{times[xi]:.4g}\n(cut)", (xi, top), textcoords="offset points", xytext=(0, -4), ha="center",
                          va="top", fontsize=8, color="white", fontweight="bold")

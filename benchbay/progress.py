@@ -29,7 +29,9 @@ def describe(record: Record) -> str:
         parts = [*figures, f"{m.get('measured_steps')} steps (measure budget)" if budget else "",
                  f"loader behind the step: warmed up {drained} more steps until it ran dry" if drained else ""]
         return f"ok {name}{knob}: " + ", ".join(p for p in parts if p) + busy
-    return f"{record.status} {name}{knob}: {record.reason or ''}"[:300] + busy
+    # the reason's last line is the error; its traceback stays in the record
+    where = f" (traceback: extra.traceback of its record in run {record.run_id})" if record.extra.get("traceback") else ""
+    return f"{record.status} {name}{knob}: {record.reason or ''}"[:300] + where + busy
 
 
 def _training(record: Record) -> list[str]:

@@ -67,14 +67,20 @@ def _price(args, runs) -> float | dict[str, float]:
 def _print_table(frame: pd.DataFrame, title: str) -> None:
     """A display table fitted to the terminal (long texts cut: the full ones are in --export), or
     on a pipe plain lines as wide as they need."""
+    texts = [c for c in frame.columns if c in ("notes", "reason", "what it does")]
     if not console.is_terminal:
         widths = [max([len(str(c)), *(len(str(v)) for v in frame[c])]) for c in frame.columns]
-        lines = [title, *("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+        # COLUMNS set on a pipe: the long texts give way to fit it (12 characters at least)
+        over = sum(widths) + 2 * (len(widths) - 1) - int(os.environ.get("COLUMNS") or sys.maxsize)
+        for i, column in enumerate(frame.columns):
+            if column in texts and over > 0:
+                cut = min(over, widths[i] - 12)
+                widths[i], over = widths[i] - max(cut, 0), over - max(cut, 0)
+        lines = [title, *("  ".join(_cut(str(v), w).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
                           for row in [frame.columns, *frame.itertuples(index=False)])]
         print("\n".join(lines) + "\n")
         return
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold")
-    texts = [c for c in frame.columns if c in ("notes", "reason", "what it does")]
     for column in frame.columns:
         # only the long texts are wrappable columns, so only they give way to fit; each cell stays one line
         numeric = frame[column].map(lambda v: v == "" or bool(_NUMBER.match(str(v)))).all()
@@ -86,6 +92,10 @@ def _print_table(frame: pd.DataFrame, title: str) -> None:
                  for c, v in zip(frame.columns, row, strict=True)]
         table.add_row(*cells)
     console.print(table, highlight=False, soft_wrap=False)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _suite(args):

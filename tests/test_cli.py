@@ -165,3 +165,14 @@ workload: {{name: "{TINY}"}}
     assert "change point(s)" in capsys.readouterr().out
     assert main(["run", str(suite), "--resume", "20261202-999999-xxxx", "--results", str(one_run)]) == 2
     assert "--resume 20261202-999999-xxxx: no run '20261202-999999-xxxx' of suite 'tiny'" in capsys.readouterr().err
+
+
+def test_piped_show_fits_columns_by_cutting_its_long_texts(one_run, capsys, monkeypatch):
+    run = store.run_dir(one_run, "tiny", "r1")
+    store.append_record(run, Record(suite="tiny", run_id="r1", point_id="q", label="b", workload="w", knobs={"mbs": 1},
+                                    status=Status.ERROR, reason="ValueError: " + "a long reason " * 20,
+                                    env={"machine_key": "cpu-x"}))
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["show", "tiny", "--results", str(one_run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 100 and any("ValueError: a long" in line and "..." in line for line in lines)

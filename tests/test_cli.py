@@ -176,3 +176,8 @@ def test_piped_show_fits_columns_by_cutting_its_long_texts(one_run, capsys, monk
     assert main(["show", "tiny", "--results", str(one_run)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) <= 100 and any("ValueError: a long" in line and "..." in line for line in lines)
+
+
+def test_a_mistyped_suite_gets_a_did_you_mean(one_run, capsys):
+    assert main(["show", "tinny", "--results", str(one_run)]) == 2
+    assert "did you mean tiny?" in capsys.readouterr().err

@@ -225,7 +225,14 @@ def cmd_list(args) -> int:
 
 def cmd_show(args) -> int:
     from benchbay.analysis.cost import absent_notes
-    from benchbay.analysis.tables import KEY_COLUMNS, device_word, point_summary, sweep_table
+    from benchbay.analysis.tables import (
+        DECODE_KEY_COLUMNS,
+        KEY_COLUMNS,
+        decodes,
+        device_word,
+        point_summary,
+        sweep_table,
+    )
     from benchbay.report import display
     from benchbay.store import export, find_runs, load_runs
 
@@ -234,7 +241,8 @@ def cmd_show(args) -> int:
     for suite, points in point_summary(df, _peak_flops(), _price(args, found)).groupby("suite", sort=False):
         runs = ", ".join(sorted(df.loc[df.suite == suite, "run_id"].unique()))
         for workload, group in points.groupby("workload", sort=False):
-            table = display(sweep_table(group, KEY_COLUMNS), per=device_word(group))
+            columns = DECODE_KEY_COLUMNS if decodes(group) else KEY_COLUMNS
+            table = display(sweep_table(group, columns), per=device_word(group))
             _print_table(table, f"{suite}: {workload} ({runs})")
             for note in absent_notes(group):
                 print(note)

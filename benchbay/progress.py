@@ -30,7 +30,8 @@ def describe(record: Record) -> str:
                  f"loader behind the step: warmed up {drained} more steps until it ran dry" if drained else ""]
         return f"ok {name}{knob}: " + ", ".join(p for p in parts if p) + busy
     # the reason's last line is the error; its traceback stays in the record
-    where = f" (traceback: extra.traceback of its record in run {record.run_id})" if record.extra.get("traceback") else ""
+    traced = record.extra.get("traceback")
+    where = f" (traceback: extra.traceback of its record in run {record.run_id})" if traced else ""
     return f"{record.status} {name}{knob}: {record.reason or ''}"[:300] + where + busy
 
 

@@ -36,6 +36,7 @@ from benchbay.analysis.steady import amortisation_table
 from benchbay.analysis.tables import (
     DECODE_SWEEP_COLUMNS,
     SWEEP_COLUMNS,
+    decodes,
     device_word,
     effective_throughput,
     equivalent_groups,
@@ -151,7 +152,8 @@ def display(table: pd.DataFrame, per: str = "GPU") -> pd.DataFrame:
     """A table as display strings: intervals folded, numbers formatted, index as columns, names;
     ``per``: what a rate is per ("GPU", or "device" for points run on CPU)."""
     table = _with_intervals(table.reset_index() if table.index.name or table.index.nlevels > 1 else table)
-    names = {**DISPLAY_NAMES, "samples_per_s_per_gpu": f"samples/s/{per}", "energy_watts": f"W/{per}"}
+    names = {**DISPLAY_NAMES, **{column: heading for column, heading, _ in DECODER_COLUMNS},
+             "samples_per_s_per_gpu": f"samples/s/{per}", "energy_watts": f"W/{per}"}
     out = pd.DataFrame(index=range(len(table)))
     for column in table.columns:
         fmt = _formatter(column)
@@ -220,7 +222,7 @@ def _sweep_blocks(points: pd.DataFrame) -> list[Block]:
     for workload, group in points.groupby("workload", sort=False):
         caption = f"workload {workload}" if points["workload"].nunique() > 1 else ""
         # a decoder's figures are its latency and CPU (the Decoders section), not a training step's
-        decoders = len(plots.decoder_points(group)) > 0
+        decoders = decodes(group)
         columns = DECODE_SWEEP_COLUMNS if decoders else SWEEP_COLUMNS
         blocks.append(Table(display(sweep_table(group, columns), per=device_word(group)), caption))
         if not decoders:

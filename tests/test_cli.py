@@ -1,6 +1,7 @@
 """The command line: validate fails before any process starts; list; run + show; every user
 error is one line and exit code 2; exit codes a CI script can use."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -181,3 +182,12 @@ def test_piped_show_fits_columns_by_cutting_its_long_texts(one_run, capsys, monk
 def test_a_mistyped_suite_gets_a_did_you_mean(one_run, capsys):
     assert main(["show", "tinny", "--results", str(one_run)]) == 2
     assert "did you mean tiny?" in capsys.readouterr().err
+
+
+def test_show_gives_a_decoder_its_decode_figures(tmp_path, capsys):
+    run = tmp_path / "res" / "fixture-decode" / "r1"
+    for line in (Path(__file__).parent / "fixtures" / "decode_records.jsonl").read_text().splitlines():
+        store.append_record(run, Record.from_json({**json.loads(line), "run_id": "r1"}))
+    assert main(["show", "fixture-decode", "--results", str(tmp_path / "res")]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "per-view median (ms)" in header and "step" not in header and "samples/s/" not in header

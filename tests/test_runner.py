@@ -419,7 +419,8 @@ def test_a_points_line_gives_the_step_of_the_tables_and_a_decoders_its_decode_fi
                              "samples_per_s_per_gpu": 24 / 6.43})
     # the mean step, the one the rate is over (24 / 6.43 s), as every table shows it
     assert describe(record).startswith("ok p: 6430.0 ms/step, 3.73 samples/s/GPU, noisy: CV 1.20")
-    decoder = replace(record, device="cpu", metrics={"step_time_s": 0.0014, "step_time_mean_s": 0.02, "step_time_cv": 2.3},
+    decoder = replace(record, device="cpu",
+                      metrics={"step_time_s": 0.0014, "step_time_mean_s": 0.02, "step_time_cv": 2.3},
                       extra={"view_latency_ms_median": 32.9, "cpu_s_per_sample": 0.104, "loader_samples_per_s": 54.2})
     assert describe(decoder) == "ok p: 32.9 ms/view (median), 104 ms CPU/sample, 54.2 samples/s delivered"
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from benchbay.analysis import plots
 from benchbay.analysis.breakdown import point_changes
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
-from benchbay.analysis import plots
 from benchbay.analysis.steady import WAITED, first_dry_step
 from benchbay.analysis.tables import point_summary
 from benchbay.knobs.video import VIDEO_KNOBS

@@ -67,14 +67,20 @@ def _price(args, runs) -> float | dict[str, float]:
 def _print_table(frame: pd.DataFrame, title: str) -> None:
     """A display table fitted to the terminal (long texts cut: the full ones are in --export), or
     on a pipe plain lines as wide as they need."""
+    texts = [c for c in frame.columns if c in ("notes", "reason", "what it does")]
     if not console.is_terminal:
         widths = [max([len(str(c)), *(len(str(v)) for v in frame[c])]) for c in frame.columns]
-        lines = [title, *("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+        # COLUMNS set on a pipe: the long texts give way to fit it (12 characters at least)
+        over = sum(widths) + 2 * (len(widths) - 1) - int(os.environ.get("COLUMNS") or sys.maxsize)
+        for i, column in enumerate(frame.columns):
+            if column in texts and over > 0:
+                cut = min(over, widths[i] - 12)
+                widths[i], over = widths[i] - max(cut, 0), over - max(cut, 0)
+        lines = [title, *("  ".join(_cut(str(v), w).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
                           for row in [frame.columns, *frame.itertuples(index=False)])]
         print("\n".join(lines) + "\n")
         return
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold")
-    texts = [c for c in frame.columns if c in ("notes", "reason", "what it does")]
     for column in frame.columns:
         # only the long texts are wrappable columns, so only they give way to fit; each cell stays one line
         numeric = frame[column].map(lambda v: v == "" or bool(_NUMBER.match(str(v)))).all()
@@ -88,6 +94,10 @@ def _print_table(frame: pd.DataFrame, title: str) -> None:
     console.print(table, highlight=False, soft_wrap=False)
 
 
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _suite(args):
     from benchbay.suite import load
 
@@ -99,9 +109,13 @@ def cmd_validate(args) -> int:
     points = suite.expand()
     excluded = sum(1 for p in points if p.excluded)
     workloads = ", ".join(dict.fromkeys(p.workload for p in points))
-    console.print(f"{args.suite}: valid; {len(points)} points ({excluded} excluded) x {suite.repeats} repeats "
-                  f"of {workloads}")
+    console.print(f"{args.suite}: valid; {_count(len(points), 'point')} ({excluded} excluded) x "
+                  f"{_count(suite.repeats, 'repeat')} of {workloads}")
     return 0
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _launcher(args, suite):
@@ -139,10 +153,11 @@ def cmd_run(args) -> int:
         return 3
     if not args.no_report:
         from benchbay.report import build_report
-        from benchbay.store import load_runs
+        from benchbay.store import find_runs, load_runs
 
         out = Path(args.report_dir or Path("reports") / suite.name)
-        path = build_report(load_runs([summary.run]), out, title=suite.name, suite_meta=suite.raw,
+        # the suite's runs (build_report keeps this machine's): a run of --point adds to the report
+        path = build_report(load_runs(find_runs([summary.run.parent])), out, title=suite.name, suite_meta=suite.raw,
                             peak_flops=_peak_flops())
         console.print(f"report: {path}")
     if not summary.failed:
@@ -168,7 +183,7 @@ def _regressed(run: Path, baseline_name: str | None, results: str) -> list[str]:
 
 
 def cmd_profile(args) -> int:
-    from benchbay.profiling import profile_points
+    from benchbay.profiling import profile_points, summary_lines
 
     labels = list(args.point)
     if args.from_gate:
@@ -179,7 +194,7 @@ def cmd_profile(args) -> int:
         console.print(f"profiling the regressed points: {', '.join(regressed)}")
         labels += regressed
     run = profile_points(_suite(args), labels, args.results, peak_flops=_peak_flops())
-    console.print(f"profiles: {run / 'profiles'} (records: {run})")
+    print("\n".join(summary_lines(run)))
     return 0
 
 
@@ -210,7 +225,14 @@ def cmd_list(args) -> int:
 
 def cmd_show(args) -> int:
     from benchbay.analysis.cost import absent_notes
-    from benchbay.analysis.tables import KEY_COLUMNS, device_word, point_summary, sweep_table
+    from benchbay.analysis.tables import (
+        DECODE_KEY_COLUMNS,
+        KEY_COLUMNS,
+        decodes,
+        device_word,
+        point_summary,
+        sweep_table,
+    )
     from benchbay.report import display
     from benchbay.store import export, find_runs, load_runs
 
@@ -219,7 +241,8 @@ def cmd_show(args) -> int:
     for suite, points in point_summary(df, _peak_flops(), _price(args, found)).groupby("suite", sort=False):
         runs = ", ".join(sorted(df.loc[df.suite == suite, "run_id"].unique()))
         for workload, group in points.groupby("workload", sort=False):
-            table = display(sweep_table(group, KEY_COLUMNS), per=device_word(group))
+            columns = DECODE_KEY_COLUMNS if decodes(group) else KEY_COLUMNS
+            table = display(sweep_table(group, columns), per=device_word(group))
             _print_table(table, f"{suite}: {workload} ({runs})")
             for note in absent_notes(group):
                 print(note)
@@ -372,8 +395,11 @@ def cmd_history(args) -> int:
 
     from benchbay.analysis.history import history
     from benchbay.store import load_runs
+    from benchbay.suite import load
 
-    table = history(load_runs([args.suite], args.results), args.metric, statistic=args.statistic)
+    # a suite file names its suite, as for run and validate
+    name = load(args.suite).name if args.suite.endswith((".yaml", ".yml")) else args.suite
+    table = history(load_runs([name], args.results), args.metric, statistic=args.statistic)
     columns = [c for c in ("point", "run_id", "git_commit", "started_at", "value", "change_point", "step",
                            "verdict") if c in table]
     with pd.option_context("display.width", 200, "display.max_colwidth", 50):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from benchbay import store
 from benchbay.launch.base import PointSpec
 from benchbay.runner import SuiteRunner
 from benchbay.suite import Point, Suite
@@ -40,3 +41,23 @@ def profile_points(suite: Suite, labels: list[str] | None = None, results_root: 
     runner = ProfilingRunner(suite, labels, results_root, console, peak_flops)
     runner.run_all()
     return runner.run
+
+
+def summary_lines(run: Path, top: int = 5) -> list[str]:
+    """What a profile run found, point by point: its phases (ms a step) and its top ops, then
+    where the traces are and the command that draws them."""
+    lines = []
+    for record in store.read_records(run):
+        extra = record.get("extra") or {}
+        if record["status"] != "ok":
+            lines.append(f"{record['status']} {record.get('label')}: {record.get('reason') or ''}"[:300])
+            continue
+        phases = ", ".join(f"{name} {1e3 * s:.1f} ms" for name, s in (extra.get("phases") or {}).items())
+        lines.append(f"{record.get('label')}: {phases or 'no phases'}"
+                     + (f", GPU idle {extra['idle_gap_share']:.1%}" if extra.get("idle_gap_share") is not None else ""))
+        for op in (extra.get("profile_top_ops") or [])[:top]:
+            share = "" if op.get("share") is None else f"{op['share']:.1%}"
+            lines.append(f"  {1e3 * (op.get('time_s') or 0):8.2f} ms {share:>6}  {op['name'][:100]}")
+    lines += [f"traces: {run / 'profiles'} (records: {run})",
+              f"report: benchbay report {run.parent.name} (phases and top ops of each point)"]
+    return lines

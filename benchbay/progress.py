@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Column
 
-from benchbay.analysis.quality import is_noisy, noise_note
+from benchbay.analysis.quality import noise_note
 from benchbay.record import Record, Status
 
 BUSY_TAG = "[busy machine]"
@@ -24,26 +24,37 @@ def describe(record: Record) -> str:
     knob = f" mbs={record.knobs['mbs']}" if "mbs" in record.knobs and "mbs=" not in name else ""
     busy = f" {BUSY_TAG}" if record.health.get("warnings") else ""
     if record.status == Status.OK:
-        per = "GPU" if (record.device or "cuda") == "cuda" else "device"
-        rate, mem = m.get("samples_per_s_per_gpu"), m.get("peak_mem_allocated_gib")
-        rss = m.get("host_rss_gib") if mem is None else None
+        figures = _decode(record) if "view_latency_ms_median" in record.extra else _training(record)
         budget, drained = record.extra.get("measure_budget_spent"), record.extra.get("drain_steps")
-        parts = [_step(m), f"{rate:.2f} samples/s/{per}" if rate else "", f"{mem:.1f} GiB" if mem else "",
-                 f"{rss:.1f} GiB host RSS" if rss else "", noise_note(m.get("step_time_cv")) or "",
-                 f"{m.get('measured_steps')} steps (measure budget)" if budget else "",
+        parts = [*figures, f"{m.get('measured_steps')} steps (measure budget)" if budget else "",
                  f"loader behind the step: warmed up {drained} more steps until it ran dry" if drained else ""]
         return f"ok {name}{knob}: " + ", ".join(p for p in parts if p) + busy
-    return f"{record.status} {name}{knob}: {record.reason or ''}"[:300] + busy
+    # the reason's last line is the error; its traceback stays in the record
+    traced = record.extra.get("traceback")
+    where = f" (traceback: extra.traceback of its record in run {record.run_id})" if traced else ""
+    return f"{record.status} {name}{knob}: {record.reason or ''}"[:300] + where + busy
 
 
-def _step(metrics: dict) -> str:
-    """The median step, and beside it the mean the rates are over where the steps are noisy (a
-    loader delivering its batches together: median 2830 ms, mean 6431 ms)."""
-    median, mean = metrics.get("step_time_s"), metrics.get("step_time_mean_s")
-    if not median:
-        return ""
-    noisy = mean and is_noisy(metrics.get("step_time_cv"))
-    return f"{median * 1e3:.1f} ms/step" + (f" (mean {mean * 1e3:.1f})" if noisy else "")
+def _training(record: Record) -> list[str]:
+    """The step as the tables give it (the mean over the steady window, the rate is over), its
+    rate, memory and noise."""
+    m = record.metrics
+    per = "GPU" if (record.device or "cuda") == "cuda" else "device"
+    step = m.get("step_time_mean_s") or m.get("step_time_s")  # records before the mean was kept
+    rate, mem = m.get("samples_per_s_per_gpu"), m.get("peak_mem_allocated_gib")
+    rss = m.get("host_rss_gib") if mem is None else None
+    return [f"{step * 1e3:.1f} ms/step" if step else "", f"{rate:.2f} samples/s/{per}" if rate else "",
+            f"{mem:.1f} GiB" if mem else "", f"{rss:.1f} GiB host RSS" if rss else "",
+            noise_note(m.get("step_time_cv")) or ""]
+
+
+def _decode(record: Record) -> list[str]:
+    """A decoder's figures, as the report's Decoders section gives them: a decoder's "step" is the
+    wait for its next sample, which a worker queue filled ahead answers at once."""
+    extra = record.extra
+    cpu, rate = extra.get("cpu_s_per_sample"), extra.get("loader_samples_per_s")
+    return [f"{extra['view_latency_ms_median']:.1f} ms/view (median)",
+            f"{cpu * 1e3:.0f} ms CPU/sample" if cpu else "", f"{rate:.1f} samples/s delivered" if rate else ""]
 
 
 class SweepProgress:

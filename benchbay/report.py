@@ -36,6 +36,7 @@ from benchbay.analysis.steady import amortisation_table
 from benchbay.analysis.tables import (
     DECODE_SWEEP_COLUMNS,
     SWEEP_COLUMNS,
+    decodes,
     device_word,
     effective_throughput,
     equivalent_groups,
@@ -151,7 +152,8 @@ def display(table: pd.DataFrame, per: str = "GPU") -> pd.DataFrame:
     """A table as display strings: intervals folded, numbers formatted, index as columns, names;
     ``per``: what a rate is per ("GPU", or "device" for points run on CPU)."""
     table = _with_intervals(table.reset_index() if table.index.name or table.index.nlevels > 1 else table)
-    names = {**DISPLAY_NAMES, "samples_per_s_per_gpu": f"samples/s/{per}", "energy_watts": f"W/{per}"}
+    names = {**DISPLAY_NAMES, **{column: heading for column, heading, _ in DECODER_COLUMNS},
+             "samples_per_s_per_gpu": f"samples/s/{per}", "energy_watts": f"W/{per}"}
     out = pd.DataFrame(index=range(len(table)))
     for column in table.columns:
         fmt = _formatter(column)
@@ -220,7 +222,7 @@ def _sweep_blocks(points: pd.DataFrame) -> list[Block]:
     for workload, group in points.groupby("workload", sort=False):
         caption = f"workload {workload}" if points["workload"].nunique() > 1 else ""
         # a decoder's figures are its latency and CPU (the Decoders section), not a training step's
-        decoders = len(plots.decoder_points(group)) > 0
+        decoders = decodes(group)
         columns = DECODE_SWEEP_COLUMNS if decoders else SWEEP_COLUMNS
         blocks.append(Table(display(sweep_table(group, columns), per=device_word(group)), caption))
         if not decoders:
@@ -287,6 +289,10 @@ def _breakdown_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: P
     if figure is not None:
         blocks.append(Image(figure, "optimisation waterfall"))
     blocks.append(Table(display(table, per=per)))
+    missing = table.loc[table["status"] == "missing", "label"]
+    if len(missing):
+        blocks.append(Text(f"missing: no record of {', '.join(missing)} in the runs reported (not measured on this "
+                           "machine, or under another label)."))
     best = "best" if "best" in set(points["label"].dropna()) else labels[-1]
     loo = leave_one_out(points, best, _search(meta).get("knob", "mbs"))
     if len(loo):
@@ -297,7 +303,7 @@ def _breakdown_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: P
     return blocks
 
 
-def _loss_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: Path) -> list[Block]:
+def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, stem: str, out_dir: Path) -> list[Block]:
     groups = equivalent_groups(points, meta.get("equivalent"))
     figure = plots.loss_curves(groups, out_dir / f"{stem}-losses.png")
     if figure is None:
@@ -307,8 +313,27 @@ def _loss_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: Path) 
     tolerance = {"rtol": LOSS_RTOL, "atol": LOSS_ATOL, **(meta.get("equivalent_tolerance") or {})}
     blocks.append(Text(f"Within tolerance: every step's loss within {tolerance['atol']:g} + "
                        f"{tolerance['rtol']:.1%} of the group's first point's (same seed, same data)."))
-    blocks += [Table(display(loss_agreement(g, **tolerance)), f"group {i + 1}") for i, g in enumerate(groups)]
+    for i, group in enumerate(groups):
+        table = loss_agreement(group, **tolerance)
+        blocks += [Table(display(table), f"group {i + 1}"), *_first_loss_note(table, group, records)]
     return blocks
+
+
+def _first_loss_note(table: pd.DataFrame, group: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
+    """Why a point that differs at step 0 proves nothing: that loss comes before any update."""
+    differ = table.loc[table["within_tolerance"].str.startswith("no (step 0:"), "point"]
+    if differ.empty:
+        return []
+    ids = dict(zip(group["name"], group["point_id"], strict=True))
+
+    def runs(names) -> str:
+        return ", ".join(sorted(records.loc[records["point_id"].isin([ids[n] for n in names]), "run_id"].unique()))
+
+    first = str(group["name"].iloc[0])
+    return [Text(f"{', '.join(differ)} differ from {first} at step 0, the loss before any update: they did not start "
+                 f"from the same weights and batch (runs {runs(differ)} against {runs([first])}: code or data that "
+                 "changed between runs), so their later steps say nothing of the optimisation. "
+                 "Points measured in one run compare.")]
 
 
 def _decoder_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
@@ -326,6 +351,9 @@ def _decoder_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Bloc
     cpu = plots.cpu_utilisation(points, out_dir / f"{stem}-cpu_util.png")
     if cpu is not None:
         blocks.append(Image(cpu, "process CPU utilisation during decoding"))
+    else:
+        blocks.append(Text(f"No CPU plot: no point measured {plots.MIN_CPU_SAMPLES} CPU samples (one each 0.2 s) "
+                           "or more, too few for a course over time; the table gives each point's mean."))
     return blocks
 
 
@@ -403,7 +431,7 @@ def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, ou
         _batch_blocks(points, _search(meta), stem, out_dir),
         _step_time_blocks(points, stem, out_dir),
         _breakdown_blocks(points, meta, stem, out_dir),
-        _loss_blocks(points, meta, stem, out_dir),
+        _loss_blocks(points, records, meta, stem, out_dir),
         _decoder_blocks(points, stem, out_dir),
         _video_blocks(records, stem, out_dir),
         _profile_blocks(points, stem, out_dir),
@@ -502,6 +530,22 @@ def _html_table(frame: pd.DataFrame, caption: str) -> str:
     return f'<div class="wide"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
+def one_machine_per_suite(df: pd.DataFrame) -> tuple[pd.DataFrame, list[Block]]:
+    """Each suite's records of the machine its newest run ran on, and a line naming the runs left
+    out: a point's repeats pooled across machines (a 2-core laptop and a 16-core GPU host, two
+    hosts of one GPU) would give figures no machine measured."""
+    if "env.machine_key" not in df:
+        return df, []
+    machines = df["env.machine_key"].fillna("")
+    newest = df.assign(machine=machines).sort_values("run_id").groupby("suite", sort=False)["machine"].last()
+    keep = machines == df["suite"].map(newest)
+    dropped = df[~keep].groupby(["suite", "run_id"], sort=False)["env.machine_key"].first()
+    blocks = [Text(f"Suite {suite}: the runs of {newest[suite]} (its newest run's machine) only; left out, from "
+                   f"other machines: " + ", ".join(f"{run} ({key})" for (_, run), key in runs.items()) + ".")
+              for suite, runs in dropped.groupby(level=0, sort=False)]
+    return df[keep], blocks
+
+
 def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay report",
                  suite_meta: Mapping | None = None, peak_flops: float | None = None,
                  price_per_gpu_hour: float | None = None) -> Path:
@@ -515,9 +559,10 @@ def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay r
     out_dir.mkdir(parents=True, exist_ok=True)
     if df.empty:
         raise ValueError("no records to report")
+    df, left_out = one_machine_per_suite(df)
     metas = _suite_metas(suite_meta)
     summary = point_summary(df, peak_flops, prices(metas, price_per_gpu_hour))
-    blocks = _overview(df, title)
+    blocks = _overview(df, title) + left_out
     for suite, points in summary.groupby("suite", sort=False):
         blocks += _suite_blocks(points.reset_index(drop=True), df[df["suite"] == suite], metas.get(suite, {}), out_dir)
     blocks += _scaling_blocks(df, "scaling", out_dir)  # across suites: one configuration at several sizes

@@ -106,6 +106,9 @@ class SuiteRunner:
         if resume:
             run = (store.run_dir(self.root, self.suite.name, resume) if isinstance(resume, str)
                    else store.latest_run(self.root, self.suite.name, self.env["machine_key"]))
+            if isinstance(resume, str) and not run.exists():
+                raise FileNotFoundError(f"--resume {resume}: no run {resume!r} of suite {self.suite.name!r} "
+                                        f"under {self.root / self.suite.name}")
             if run is None or not run.exists():
                 raise FileNotFoundError(f"nothing to resume for suite {self.suite.name!r} on "
                                         f"{self.env['machine_key']} under {self.root}")

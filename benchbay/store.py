@@ -4,6 +4,7 @@ the environment, the run's state). Loading any set of runs gives one flat DataFr
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import json
@@ -110,7 +111,8 @@ def find_runs(paths: Iterable[str | Path], root: str | Path = "results") -> list
         if not path.exists():
             matches = sorted(Path(root).glob(f"*/{item}"))
             if not matches:
-                raise FileNotFoundError(f"no run, suite folder or records file called {item!r} (looked under {root})")
+                raise FileNotFoundError(f"no run, suite folder or records file called {item!r} (looked under {root})"
+                                        + _did_you_mean(str(item), root))
             path = matches[-1]
         if (path / RECORDS).exists():
             runs.append(path)
@@ -120,6 +122,13 @@ def find_runs(paths: Iterable[str | Path], root: str | Path = "results") -> list
                 raise FileNotFoundError(f"{path}: holds no {RECORDS}")
             runs.extend(found)
     return runs
+
+
+def _did_you_mean(name: str, root: str | Path) -> str:
+    """The suites and run ids under ``root`` closest to a mistyped ``name``, as a hint."""
+    known = [p.name for p in Path(root).glob("*") if p.is_dir()] + [p.name for p in Path(root).glob("*/*/")]
+    close = difflib.get_close_matches(name, known, n=3)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def latest_run(root: str | Path, suite: str, machine_key: str | None = None) -> Path | None:

@@ -1,6 +1,7 @@
 """The command line: validate fails before any process starts; list; run + show; every user
 error is one line and exit code 2; exit codes a CI script can use."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -135,3 +136,58 @@ def test_the_peak_flops_override_reaches_the_report(tmp_path, monkeypatch):
     monkeypatch.setenv("BENCHBAY_PEAK_TFLOPS", "500")
     assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 0
     assert "NVIDIA H200: 500 TFLOP/s (override)" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_a_run_of_one_point_adds_to_the_suites_report(tmp_path, in_repo, cli_env):
+    suite = write_suite(tmp_path / "s.yaml", f"""
+name: clipart
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+sweep: {{points: [{{label: first}}, {{label: second, mbs: 2}}]}}
+steps: {{warmup: 1, measure: 2}}
+""")
+    for label in ("first", "second"):
+        out = run(["run", str(suite), "--point", label, "--results", str(tmp_path / "res"),
+                   "--report-dir", str(tmp_path / "rep")], cli_env, in_repo)
+        assert out.returncode == 0, out.stderr
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "| first | ok |" in report and "| second | ok |" in report  # the second run did not replace the first
+
+
+def test_a_suite_file_names_its_history_one_point_is_singular_and_a_bad_resume_names_its_id(one_run, tmp_path,
+                                                                                             capsys):
+    suite = write_suite(tmp_path / "tiny.yaml", f"""
+name: tiny
+workload: {{name: "{TINY}"}}
+""")
+    assert main(["validate", str(suite)]) == 0
+    assert "valid; 1 point (0 excluded) x 1 repeat of" in capsys.readouterr().out.replace("\n", " ")
+    assert main(["history", str(suite), "--results", str(one_run)]) == 0  # as `history tiny`
+    assert "change point(s)" in capsys.readouterr().out
+    assert main(["run", str(suite), "--resume", "20261202-999999-xxxx", "--results", str(one_run)]) == 2
+    assert "--resume 20261202-999999-xxxx: no run '20261202-999999-xxxx' of suite 'tiny'" in capsys.readouterr().err
+
+
+def test_piped_show_fits_columns_by_cutting_its_long_texts(one_run, capsys, monkeypatch):
+    run = store.run_dir(one_run, "tiny", "r1")
+    store.append_record(run, Record(suite="tiny", run_id="r1", point_id="q", label="b", workload="w", knobs={"mbs": 1},
+                                    status=Status.ERROR, reason="ValueError: " + "a long reason " * 20,
+                                    env={"machine_key": "cpu-x"}))
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["show", "tiny", "--results", str(one_run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 100 and any("ValueError: a long" in line and "..." in line for line in lines)
+
+
+def test_a_mistyped_suite_gets_a_did_you_mean(one_run, capsys):
+    assert main(["show", "tinny", "--results", str(one_run)]) == 2
+    assert "did you mean tiny?" in capsys.readouterr().err
+
+
+def test_show_gives_a_decoder_its_decode_figures(tmp_path, capsys):
+    run = tmp_path / "res" / "fixture-decode" / "r1"
+    for line in (Path(__file__).parent / "fixtures" / "decode_records.jsonl").read_text().splitlines():
+        store.append_record(run, Record.from_json({**json.loads(line), "run_id": "r1"}))
+    assert main(["show", "fixture-decode", "--results", str(tmp_path / "res")]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "per-view median (ms)" in header and "step" not in header and "samples/s/" not in header

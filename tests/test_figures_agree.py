@@ -21,6 +21,7 @@ from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.history import history
 from benchbay.analysis.tables import point_summary
 from benchbay.report import build_report
+from benchbay.store import load_runs
 from tests.fixtures.make_records import ENV_H200, WARMUP, record, timing_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -32,25 +33,30 @@ def fixture_records(*names: str) -> list[dict]:
     return [json.loads(line) for name in names for line in (FIXTURES / name).read_text().splitlines()]
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory) -> tuple[Path, dict[str, object]]:
-    """The fixture report (a training suite and a decoder suite), with every figure it drew."""
+def drawn(df: pd.DataFrame, out: Path, meta: dict | None = None) -> dict[str, object]:
+    """Every figure ``build_report`` draws into ``out`` from ``df``, by file name."""
     figures: dict[str, object] = {}
-    save = plots._save
+    save = plots.save
 
     def keep(fig, path):
         figures[Path(path).name] = fig
         return save(fig, path)
 
-    out = tmp_path_factory.mktemp("report")
     mp = pytest.MonkeyPatch()
-    mp.setattr(plots, "_save", keep)
+    mp.setattr(plots, "save", keep)
     try:
-        df = records_to_frame(fixture_records("train_records.jsonl", "decode_records.jsonl"))
-        build_report(df, out, suite_meta={"fixture-train": META})
+        build_report(df, out, suite_meta=meta)
     finally:
         mp.undo()
-    return out / "report.md", figures
+    return figures
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> tuple[Path, dict[str, object]]:
+    """The fixture report (a training suite and a decoder suite), with every figure it drew."""
+    out = tmp_path_factory.mktemp("report")
+    df = records_to_frame(fixture_records("train_records.jsonl", "decode_records.jsonl"))
+    return out / "report.md", drawn(df, out, {"fixture-train": META})
 
 
 def markdown_tables(text: str) -> list[pd.DataFrame]:
@@ -104,7 +110,7 @@ def test_every_waterfall_label_is_its_bar_and_its_table_row(rendered):
     fig = figures["fixture-train-waterfall.png"]
     ax_time, ax_rate = fig.axes[:2]
     tops = np.array([bar.get_y() + bar.get_height() for bar in ax_time.patches])
-    labels = [text.get_text() for text in ax_time.texts]
+    labels = [text.get_text() for text in ax_time.texts if "%" in text.get_text()]
     assert len(labels) == len(tops) - 1 == len(BREAKDOWN) - 1
     table = waterfall(point_summary(records_to_frame(fixture_records("train_records.jsonl"))), BREAKDOWN)
     for i, label in enumerate(labels, start=1):
@@ -117,10 +123,32 @@ def test_every_waterfall_label_is_its_bar_and_its_table_row(rendered):
         assert speedup == pytest.approx(table["speedup"].iloc[i], abs=6e-3)
 
 
-def test_every_figure_is_drawn_with_its_legends_inside_the_canvas(rendered):
-    _, figures = rendered
-    assert {"fixture-train-waterfall.png", "fixture-train-batch_scaling.png", "fixture-train-step_times.png"} \
-        <= set(figures)
+def test_every_lever_of_a_waterfall_is_visible_beside_a_first_bar_ten_times_the_rest(tmp_path):
+    # the frontier: official ~1,120 ms a sample, then 116 -> 81 ms over five levers of 1-20%
+    rates = np.array([0.89, 8.63, 8.73, 8.93, 11.06, 12.27])
+    table = pd.DataFrame({"label": [f"lever{i}" for i in range(len(rates))], "status": "ok",
+                          "samples_per_s_per_gpu": rates, "verdict": ["", *["faster"] * 5],
+                          "throughput_change_low": np.nan, "throughput_change_high": np.nan,
+                          "speedup": rates / rates[0], "speedup_low": rates / rates[0] * 0.99,
+                          "speedup_high": rates / rates[0] * 1.01})
+    figures = {}
+    mp = pytest.MonkeyPatch()
+    mp.setattr(plots, "save", lambda fig, path: figures.setdefault("fig", fig))
+    try:
+        plots.waterfall(table, tmp_path / "w.png")
+    finally:
+        mp.undo()
+    ax_time = figures["fig"].axes[0]
+    low, high = ax_time.get_ylim()
+    for bar in ax_time.patches[2:]:  # the 1.1% lever and those after it
+        ends = sorted((bar.get_y(), bar.get_y() + bar.get_height()))  # a gain's bar runs downwards
+        shown = min(ends[1], high) - max(ends[0], low)
+        assert shown >= 0.02 * (high - low), bar
+    assert any("1124" in text.get_text() and "cut" in text.get_text() for text in ax_time.texts)
+
+
+def assert_drawn_inside(figures: dict[str, object]) -> None:
+    """Each figure has something on every visible axes, and its legends lie inside its canvas."""
     for name, fig in figures.items():
         agg = FigureCanvasAgg(fig)  # a Figure without pyplot has no renderer of its own
         agg.draw()
@@ -133,6 +161,24 @@ def test_every_figure_is_drawn_with_its_legends_inside_the_canvas(rendered):
             box = legend.get_window_extent(renderer)
             assert box.x0 >= canvas.x0 - 1 and box.x1 <= canvas.x1 + 1, name
             assert box.y0 >= canvas.y0 - 1 and box.y1 <= canvas.y1 + 1, name
+
+
+def test_every_figure_is_drawn_with_its_legends_inside_the_canvas(rendered):
+    _, figures = rendered
+    assert {f"fixture-train-{kind}.png" for kind in ("waterfall", "batch_scaling", "step_times", "losses", "phases")} \
+        | {"fixture-decode-decode_latency.png", "fixture-decode-cpu_util.png"} <= set(figures)
+    assert_drawn_inside(figures)
+
+
+def test_the_video_and_scaling_figures_are_drawn_with_their_legends_inside_the_canvas(tmp_path):
+    # a committed run of the video suite (synthetic and video points at mbs 1), and the fixture's
+    # first ok point again at 2 GPUs
+    video = load_runs([Path(__file__).parents[1] / "results/dreamzero-5b-video/20261201-213948-bbf4"])
+    one = [r for r in fixture_records("train_records.jsonl") if r["status"] == "ok"][:1]
+    two = [{**r, "world_size": 2, "run_id": "20261129-161500-2gpu"} for r in one]
+    figures = {**drawn(video, tmp_path / "video"), **drawn(records_to_frame(one + two), tmp_path / "scaling")}
+    assert {"dreamzero-5b-video-video_inflation.png", "scaling-scaling.png"} <= set(figures)
+    assert_drawn_inside(figures)
 
 
 def run_records(run: int, steps: list[float]) -> dict:

@@ -338,3 +338,16 @@ def test_no_baseline_is_the_gate_verdict():
     assert "cpu-x" in text and "benchbay baseline save" in text
     assert format_no_baseline("cpu-x", "quickstart", "results/baselines", required=True).startswith(
         "### benchbay gate: ❌ FAIL: no baseline")
+
+
+def test_a_command_line_with_newlines_and_pipes_keeps_the_gates_markdown_whole():
+    busy = run_records(1, slowdown=0.10)
+    for record in busy:  # a busy process's command line, as the health check names it
+        record["health"] = {"warnings": ["busy CPU: python -c import sys;\nimport benchbay | head (pid 2715) 0.9 CPUs"]}
+    markdown = gate(run_frame(0), records_to_frame(busy)).markdown
+    lines = markdown.splitlines()
+    assert not any(line.startswith("import benchbay") for line in lines)
+    caution = [line for line in lines if line.startswith("- ") and "pid 2715" in line]
+    assert caution and all("import sys; import benchbay | head" in line for line in caution)
+    for line in (line for line in lines if line.startswith("|")):  # every row as wide as its header
+        assert line.replace("\\|", "").count("|") == 8, line

@@ -18,7 +18,7 @@ from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.profile import StepProfiler, Trace, analyse
 from benchbay.launch.base import PointSpec
 from benchbay.launch.worker import PROFILED_STEPS
-from benchbay.profiling import profile_points
+from benchbay.profiling import profile_points, summary_lines
 from benchbay.record import Record
 from benchbay.suite import Steps, load
 from tests.conftest import TINY, InProcessLauncher, write_suite
@@ -237,3 +237,7 @@ equivalent: [[base, wide]]
     # a profile run is not for comparing points: its manifest keeps no breakdown or equivalent losses
     as_run = store.read_manifest(run)["suite_as_run"]
     assert as_run["name"] == "prof-profile" and not {"breakdown", "equivalent"} & set(as_run)
+    # what the command prints: the phases and top ops it found, and the report that draws them
+    lines = summary_lines(run)
+    assert lines[0].startswith("wide: data ") and "backward" in lines[0] and lines[1].strip().split()[1] == "ms"
+    assert lines[-1] == "report: benchbay report prof-profile (phases and top ops of each point)"

@@ -4,6 +4,7 @@ MFU and fidelity are what ``benchbay show`` derives from the committed records i
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from benchbay.analysis.tables import point_summary
@@ -31,3 +32,74 @@ def test_readme_row_matches_its_record(row):
     assert rate == f"{point['samples_per_s_per_gpu']:.2f}"
     assert mfu == f"{point['mfu']:.1%} / {point['mfu_datasheet']:.1%}"
     assert fidelity == point["fidelity"]
+
+
+def marked_rows(marker: str) -> list[list[str]]:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(rf"<!-- {marker} -->\n(.*?)<!-- /{marker} -->", text, re.S).group(1)
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in block.splitlines()[2:]]
+
+
+def report_points(*suites: str) -> pd.DataFrame:
+    """The point summary of the suites' report: their runs on the machine of the newest run."""
+    from benchbay.report import one_machine_per_suite
+    from benchbay.store import find_runs
+
+    df, _ = one_machine_per_suite(load_runs(find_runs(list(suites), ROOT / "results")))
+    return point_summary(df)
+
+
+def check_row(point: pd.Series, mbs: str, step: str, rate: str, alloc: str, mfu: str) -> None:
+    assert int(mbs) == point["mbs"]
+    assert step == f"{point['step_time_s']:.3f}"
+    assert rate.strip("*") == f"{point['samples_per_s_per_gpu']:.2f}"
+    assert alloc == f"{point['peak_mem_allocated_gib']:.1f}"
+    assert mfu == f"{point['mfu']:.1%}"
+
+
+def row_label(row: list[str]) -> str:
+    return re.match(r"`([^`]+)`", row[0]).group(1)
+
+
+def test_readme_dreamzero_5b_table_is_its_reports():
+    from benchbay.analysis.breakdown import waterfall
+
+    summary = report_points("dreamzero-5b")
+    walk = ["official", "+cuda_graph", "+batched_encoders", "+no_host_syncs", "+fused_kernels", "+flex",
+            "+no_recompute", "+compile"]  # the suite's breakdown, as far as this host measured it
+    verdicts = waterfall(summary, walk).set_index("label")["verdict"].to_dict()
+    official = summary[summary["label"] == "official"].iloc[0]["samples_per_s_per_gpu"]
+    for row in marked_rows("dreamzero-5b-table"):
+        label = row_label(row)
+        point = summary[summary["label"] == label].iloc[0]
+        check_row(point, *row[1:6])
+        assert row[6].split()[0] == f"{point['samples_per_s_per_gpu'] / official:.2f}x"
+        assert ("(n.s.)" in row[6]) == (verdicts.get(label) == "not significant"), label
+        assert ("two runs pooled" in row[0]) == (point["repeats"] == 2), label
+
+
+def test_readme_wallx_table_is_its_reports():
+    summary = report_points("wallx")
+    for row in marked_rows("wallx-table"):
+        check_row(summary[summary["label"] == row_label(row)].iloc[0], *row[1:6])
+
+
+def test_readme_wallx_profile_sentence_is_its_records_top_ops():
+    import json
+
+    record = json.loads((ROOT / "results/wallx-frontier-profile/20261201-200632-e177/records.jsonl").read_text()
+                        .splitlines()[0])
+    ops = record["extra"]["profile_top_ops"][:10]
+    gemms = [op for op in ops if "gemm" in op["name"] or "nvjet" in op["name"]]  # cutlass and cuBLAS's nvjet
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert "multi_tensor_apply_kernel" in ops[0]["name"] and gemms[0] is ops[1]
+    assert (f"(`multi_tensor_apply_kernel`, {ops[0]['time_s'] * 1e3:.2f} ms a step, {ops[0]['share']:.1%} of device "
+            f"time), just above the top GEMM ({gemms[0]['time_s'] * 1e3:.2f} ms); GEMMs are {len(gemms)} of the 10 top "
+            f"ops, {sum(op['share'] for op in gemms):.1%} of device time between them") in text
+
+
+def test_readme_rlinf_claim_names_the_reports_figure():
+    report = (ROOT / "reports/dreamzero-5b-video/report.md").read_text().split("(RLinf's claim)")[1]
+    row = next(line for line in report.splitlines() if line.startswith("| dreamzero | 1 | pyav | cpu |"))
+    figure = [cell.strip() for cell in row.strip("|").split("|")][-2]
+    assert f"the report's {figure} is the later run's" in " ".join((ROOT / "README.md").read_text().split())

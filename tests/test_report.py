@@ -479,3 +479,29 @@ def test_a_decoding_library_keeps_its_colour_in_every_figure():
     other = plots.backend_colors(["decord", "pyav", "torchcodec", "torchcodec (cuda)", "newlib"])
     assert one["pyav"] == other["pyav"] and one["torchcodec"] == other["torchcodec"]
     assert len(set(other.values())) == len(other)  # variants and unknown libraries get colours of their own
+
+
+def test_a_suites_report_keeps_the_machine_of_its_newest_run_and_names_the_runs_left_out(tmp_path, train_records):
+    laptop = [{**r, "run_id": "20261101-000000-cpu0", "env": {**r["env"], "machine_key": "laptop-2-cores"}}
+              for r in train_records]
+    build_report(records_to_frame(train_records + laptop), tmp_path, suite_meta=SUITE_META)
+    md = (tmp_path / "report.md").read_text()
+    assert "20261129-161500-rain" in md and "left out, from other machines: 20261101-000000-cpu0 (laptop-2-cores)" in md
+    sweep = next(t for t in md.split("### ")[1:] if t.startswith("Sweep"))
+    baseline = next(line for line in sweep.splitlines() if line.startswith("| baseline |"))
+    assert baseline.split("|")[3].strip() == "3"  # its 3 repeats, none pooled from the laptop
+
+
+def test_a_breakdown_names_its_missing_labels_and_a_loss_table_says_why_step_0_differs(tmp_path, train_records):
+    def shifted(r: dict) -> dict:  # +attention measured in another run, from another first loss
+        if r["label"] != "+attention":
+            return r
+        return {**r, "run_id": "20261130-000000-next", "series": {**r["series"], "losses": [
+            loss + 1.0 for loss in r["series"]["losses"]]}}
+
+    meta = {**SUITE_META, "breakdown": [*BREAKDOWN, "+never_run"], "equivalent": [["baseline", "+attention"]]}
+    build_report(records_to_frame([shifted(r) for r in train_records]), tmp_path, suite_meta=meta)
+    md = (tmp_path / "report.md").read_text()
+    assert "missing: no record of +never_run in the runs reported" in md
+    assert ("+attention differ from baseline at step 0, the loss before any update: they did not start from the same "
+            "weights and batch (runs 20261130-000000-next against 20261129-161500-rain") in md

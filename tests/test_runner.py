@@ -413,10 +413,30 @@ def test_a_child_that_exits_keeps_the_cpu_it_used():
     assert alive >= 0.25 and children.seconds() >= alive  # a sum over live children drops to 0 here
 
 
-def test_a_noisy_points_line_gives_the_mean_step_its_rate_is_over():
+def test_a_points_line_gives_the_step_of_the_tables_and_a_decoders_its_decode_figures():
     record = Record(suite="s", run_id="r", point_id="p", workload="w", status=Status.OK, device="cuda",
                     metrics={"step_time_s": 2.83, "step_time_mean_s": 6.43, "step_time_cv": 1.2,
                              "samples_per_s_per_gpu": 24 / 6.43})
-    assert describe(record).startswith("ok p: 2830.0 ms/step (mean 6430.0), 3.73 samples/s/GPU, noisy: CV 1.20")
-    quiet = replace(record, metrics={**record.metrics, "step_time_cv": 0.002})
-    assert "mean" not in describe(quiet)
+    # the mean step, the one the rate is over (24 / 6.43 s), as every table shows it
+    assert describe(record).startswith("ok p: 6430.0 ms/step, 3.73 samples/s/GPU, noisy: CV 1.20")
+    decoder = replace(record, device="cpu",
+                      metrics={"step_time_s": 0.0014, "step_time_mean_s": 0.02, "step_time_cv": 2.3},
+                      extra={"view_latency_ms_median": 32.9, "cpu_s_per_sample": 0.104, "loader_samples_per_s": 54.2})
+    assert describe(decoder) == "ok p: 32.9 ms/view (median), 104 ms CPU/sample, 54.2 samples/s delivered"
+
+
+def test_a_step_returning_a_bare_loss_runs_and_an_error_line_says_where_its_traceback_is(tmp_path, in_repo):
+    path = write_suite(tmp_path / "bare.yaml", f"""
+name: bare
+workload: {{name: "tests.fixtures.tinywork:BareLoss"}}
+knobs: {{precision: fp32}}
+sweep: {{points: [{{label: bare}}, {{label: broken, workload: {{name: "{TINY}"}}, fault: raise}}]}}
+steps: {{warmup: 1, measure: 2}}
+timeout: 120
+""")
+    summary = SuiteRunner(load(path), tmp_path / "results").run_all()
+    by_label = {r["label"]: Record.from_json(r) for r in store.read_records(summary.run)}
+    assert by_label["bare"].status == "ok", by_label["bare"].reason
+    broken = by_label["broken"]
+    assert "Traceback" in broken.extra["traceback"]
+    assert f"fixture failure (traceback: extra.traceback of its record in run {summary.run.name})" in describe(broken)

@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from benchbay.analysis import plots
 from benchbay.analysis.breakdown import point_changes
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
-from benchbay.analysis.plots import backend_colors
 from benchbay.analysis.steady import WAITED, first_dry_step
 from benchbay.analysis.tables import point_summary
 from benchbay.knobs.video import VIDEO_KNOBS
@@ -206,7 +206,7 @@ def plot_inflation(table: pd.DataFrame, path: Path) -> Path | None:
         return None
     panels = list(table.groupby(["workload", "mbs"], dropna=False))
     # one colour per loader across the panels, and the same as in the decoder reports
-    colours = backend_colors(sorted(map(_loader_name, table["video_backend"], table["video_device"])))
+    colours = plots.backend_colors(sorted(map(_loader_name, table["video_backend"], table["video_device"])))
     fig = Figure(figsize=(5 * len(panels), 3.6))
     axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, ((workload, mbs), group) in zip(axes[0], panels, strict=True):
@@ -221,6 +221,4 @@ def plot_inflation(table: pd.DataFrame, path: Path) -> Path | None:
         ax.axhline(100 * WITHIN, color="grey", linewidth=0.8, linestyle="--")
         ax.set(title=f"{workload}, mbs {mbs}", xlabel="DataLoader workers", ylabel="mean step vs synthetic (%)")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return plots.save(fig, path)

@@ -36,7 +36,7 @@ from benchbay.analysis.compare import (
     point_caution,
 )
 from benchbay.analysis.thresholds import Threshold, parse_threshold, value_matches
-from benchbay.markdown import markdown_table
+from benchbay.markdown import markdown_table, one_line
 from benchbay.record import Status
 
 DEFAULT_THRESHOLDS = ("step_time:median:5%",)
@@ -173,11 +173,11 @@ def format_gate(result: GateResult, thresholds: Sequence[Threshold]) -> str:
             reasons = incomparable.groupby("reason", sort=False)["point"].unique()
             for reason, names in reasons.items():
                 shown = ", ".join(map(str, names[:8])) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-                lines.append(f"- {shown}: {reason}")
+                lines.append(one_line(f"- {shown}: {reason}"))
         doubtful = checks[checks["caution"].astype(bool)].drop_duplicates("point")
         if len(doubtful):
             lines += ["", "#### Caution", ""]
-            lines += [f"- {r['point']}: {r['caution']}" for _, r in doubtful.head(_MAX_TABLE_ROWS).iterrows()]
+            lines += [one_line(f"- {r['point']}: {r['caution']}") for _, r in doubtful.head(_MAX_TABLE_ROWS).iterrows()]
     if result.loss_checks:
         headers = ("reference", "candidate", "steps", "max abs diff", "max rel diff", "tolerance", "result")
         rows = [(c.reference, c.candidate, len(c.candidate_losses), format_value(c.max_abs_diff),

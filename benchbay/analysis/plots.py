@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
 
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.tables import configurations, device_word
@@ -38,12 +37,16 @@ def backend_colors(names) -> dict[str, str]:
 #: a waterfall bar's colour by its verdict (``benchbay.analysis.breakdown``); anything else is grey
 VERDICT_COLORS = {Verdict.FASTER: "tab:green", Verdict.SLOWER: "tab:red"}
 NOT_SIGNIFICANT_COLOR = "lightgray"
-MIN_CPU_SAMPLES = 3  # fewer samples draw no course over time
+CUT_AXIS_RATIO = 3  # a waterfall bar this many times the shortest cuts the axis
+_VARIANT_STYLES = ("o-", "s--", "^:", "D-.")  # one library's lines in one panel
+MIN_CPU_SAMPLES = 5  # fewer samples (one each 0.2 s) draw no course over time
 #: per-view decode latency in seconds (``benchbay.decode.measure.latency_summary`` via ``extra``)
 LATENCY_MEDIAN, LATENCY_P90 = "extra.view_latency_ms_median", "extra.view_latency_ms_p90"  # benchbay.decode
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save(fig: Figure, path: Path) -> Path:
+    """Lay out (unless the figure lays itself out) and write one PNG: every figure of a report is
+    written here."""
     if fig.get_layout_engine() is None:  # a constrained figure lays itself out
         fig.tight_layout()
     fig.savefig(path, dpi=DPI)
@@ -95,7 +98,7 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
     fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncol=columns)
     ax_rate.set_title("throughput (x / ^ = failed point)")
     ax_mem.set_title("peak memory" if on_device else "memory")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def step_time_distributions(summary: pd.DataFrame, path: Path) -> Path | None:
@@ -114,17 +117,18 @@ def step_time_distributions(summary: pd.DataFrame, path: Path) -> Path | None:
                   else {"vert": False})
     ax.boxplot(pooled, positions=y, widths=0.6, **horizontal)
     means = [p.mean() for p in pooled]
-    ax.plot(means, y, "D", color="tab:red", markersize=4, label="mean (the table's step)")
-    names = [f"{name} ({mean:.4g} ms)" for name, mean in zip(points["name"], means, strict=True)]
+    ax.plot(means, y, "D", color="tab:red", markersize=4)
+    names = [f"{name} ({mean:,.0f} ms)" if mean >= 100 else f"{name} ({mean:.3g} ms)"
+             for name, mean in zip(points["name"], means, strict=True)]
     ax.set_yticks(y, names, fontsize=8)
     low, high = min(p.min() for p in pooled), max(p.max() for p in pooled)
     if low > 0 and high / low > 10:
         ax.set_xscale("log")
     ax.set_xlabel("step time (ms)")
-    ax.set_title("steady-state step times (repeats pooled)")
-    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.02), frameon=False)
+    # the key in the title: a legend above the axes ran into it beside long point names
+    ax.set_title("steady-state step times, repeats pooled (red diamond: the mean, the table's step)", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def loss_curves(groups: Sequence[pd.DataFrame], path: Path) -> Path | None:
@@ -142,7 +146,7 @@ def loss_curves(groups: Sequence[pd.DataFrame], path: Path) -> Path | None:
         ax.legend(fontsize=8)
     for ax in axes[len(groups):]:
         ax.set_visible(False)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def decoder_points(summary: pd.DataFrame) -> pd.DataFrame:
@@ -177,16 +181,18 @@ def decoder_latency(summary: pd.DataFrame, path: Path) -> Path | None:
     ax.set_xlabel("per-view latency (ms): median, whisker to p90")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
-    """Process CPU utilisation over time for the decoder points (first ok repeat each): one panel
-    per suite point label (a grid's values, e.g. backend and preset, are the lines of a panel).
-    None when no point has enough samples to draw a course over time (the table gives the mean)."""
+    """Process CPU utilisation over time for the decoder points (first ok repeat each) of enough
+    samples for a course over time: one panel per suite point label (a grid's values, e.g. backend
+    and preset, are the lines of a panel). None when no point has them (the table gives the mean)."""
     points = decoder_points(summary)
-    points = points[points["cpu_util"].map(_has_list) & points["cpu_util_t"].map(_has_list)]
-    if not points["cpu_util"].map(lambda v: len(v) >= MIN_CPU_SAMPLES).any():
+    # a point of fewer samples is a dot, no course (the table gives its mean)
+    points = points[points["cpu_util"].map(lambda v: _has_list(v) and len(v) >= MIN_CPU_SAMPLES)
+                    & points["cpu_util_t"].map(_has_list)]
+    if points.empty:
         return None
     names = points["name"].astype(str)
     backends = points["backend"].astype(str) if "backend" in points else names
@@ -198,10 +204,14 @@ def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
     fig = Figure(figsize=(4.5 * cols, 3 * rows))
     axes = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
     for ax, group in zip(axes, groups, strict=False):
+        drawn: list[str] = []
         for (_, point), name, backend in zip(points[panels == group].iterrows(), names[panels == group],
                                              backends[panels == group], strict=True):
-            # markers: a short point's few samples stay visible beside the longer lines
-            ax.plot(point["cpu_util_t"], point["cpu_util"], "o-", markersize=3, color=palette[backend],
+            # a library keeps its colour; its next line in a panel (another preset or mode) another style.
+            # Markers: a short point's few samples stay visible beside the longer lines
+            style = _VARIANT_STYLES[drawn.count(backend) % len(_VARIANT_STYLES)]
+            drawn.append(backend)
+            ax.plot(point["cpu_util_t"], point["cpu_util"], style, markersize=3, color=palette[backend],
                     label=name.partition(" ")[2] or name)
         ax.set_title(group, fontsize=9)
         ax.grid(alpha=0.3)
@@ -212,7 +222,7 @@ def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
         ax.set_ylabel("CPU (% of one core)", fontsize=8)
     for ax in axes[:len(groups)][-cols:]:
         ax.set_xlabel("seconds since the measured steps began", fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
@@ -231,39 +241,51 @@ def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
     previous = np.concatenate([[0.0], times[:-1]])
     verdicts = list(ok["verdict"])[1:]
     colors = ["tab:blue"] + [VERDICT_COLORS.get(v, NOT_SIGNIFICANT_COLOR) for v in verdicts]
-    if times.max() / times.min() > 3:  # a slow baseline would leave the later levers slivers
-        ax_time.set_yscale("log")
-        previous[0] = times.min() / 2  # a log axis has no zero
     ax_time.bar(x, times - previous, bottom=previous, color=colors)
-    # room for the labels and the legend above the tallest bar (autoscale cuts a log axis's first bar)
-    ax_time.set_ylim(previous[0] or 0, times.max() * (1.6 if previous[0] else 1.15))
     # time per sample changes as 1 / (1 + throughput change)
     low = previous / (1 + ok["throughput_change_high"].to_numpy(float))
     high = previous / (1 + ok["throughput_change_low"].to_numpy(float))
+    # a bar far above the rest (an official step 10x slower) would leave the later levers slivers on
+    # any axis from 0, and a log axis still squeezes a few-% lever: the axis is cut to the other bars
+    # (every lever visible at its own scale) and a taller bar runs off its top, its figure written there
+    tall = times > CUT_AXIS_RATIO * times.min()
+    cut = bool(tall.any() and not tall.all())
+    shown = times[~tall] if cut else times
+    # room above the highest bar and whisker for its two-line label, and below the lowest whisker
+    highest = np.nanmax(np.append(shown, high[~tall] if cut else high))
+    lowest = np.nanmin(np.append(shown, low[~tall])) if cut else 0
+    top = highest + 0.25 * (highest - lowest) if cut else highest * 1.2
+    ax_time.set_ylim(lowest - 0.1 * (highest - lowest) if cut else 0, top)
+    for xi in x[tall] if cut else []:
+        ax_time.annotate(f"{times[xi]:.4g}\n(cut)", (xi, top), textcoords="offset points", xytext=(0, -4), ha="center",
+                         va="top", fontsize=8, color="white", fontweight="bold")
     has_ci = np.isfinite(low) & np.isfinite(high)
     ax_time.errorbar(x[has_ci], times[has_ci], yerr=[times[has_ci] - low[has_ci], high[has_ci] - times[has_ci]],
                      fmt="none", ecolor="black", capsize=4)
     # each label is its bar: the time per sample over the previous bar's
     for xi, t, before, verdict in zip(x[1:], times[1:], times[:-1], verdicts, strict=True):
         mark = "" if verdict in VERDICT_COLORS else "\nn.s."
-        ax_time.annotate(f"{t / before - 1:+.1%}{mark}", (xi, t), textcoords="offset points", xytext=(0, 6),
-                         ha="center", fontsize=8)
+        inside = t <= top  # else under the figure written at the top of its cut bar
+        ax_time.annotate(f"{t / before - 1:+.1%}{mark}", (xi, min(t, top)), textcoords="offset points",
+                         xytext=(0, 6 if inside else -30), ha="center", va="bottom" if inside else "top", fontsize=8,
+                         color="black" if inside else "white")
     real = (ok["speedup_low"].to_numpy(float) > 1) | (ok["speedup_high"].to_numpy(float) < 1)
     ax_rate.bar(x, rates, color=["tab:blue"] + ["tab:blue" if r else NOT_SIGNIFICANT_COLOR for r in real[1:]])
     for xi, rate, speedup, r in zip(x, rates, ok["speedup"], real, strict=True):
         ax_rate.annotate(f"{speedup:.2f}x" + ("" if r or xi == 0 else " n.s."), (xi, rate), textcoords="offset points",
                          xytext=(0, 4), ha="center", fontsize=8)
     ax_rate.set_ylim(top=rates.max() * 1.15)  # room for the labels above the tallest bar
-    for ax, ylabel in ((ax_time, f"ms per sample per {per}"), (ax_rate, f"samples/s/{per}")):
+    for ax, ylabel in ((ax_time, f"ms per sample per {per}" + (" (axis cut)" if cut else "")),
+                       (ax_rate, f"samples/s/{per}")):
         ax.set_xticks(x, list(ok["label"]), rotation=20, ha="right")
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
-    ax_time.set_title("time per sample, change per optimisation")
-    ax_rate.set_title("throughput, speed-up over the first")
-    if any(v not in VERDICT_COLORS for v in verdicts) or not real[1:].all():
-        ax_time.legend(handles=[Patch(color=NOT_SIGNIFICANT_COLOR, label="n.s.: not significant (the 95% "
-                                      "interval includes no change)")], fontsize=7, loc="best")
-    return _save(fig, path)
+    # the key in the titles: a legend inside the axes covered labels, outside them the canvas's edge
+    key = "\n(grey, n.s.: the 95% interval includes no change)"
+    faint = any(v not in VERDICT_COLORS for v in verdicts) or not real[1:].all()
+    ax_time.set_title("time per sample, change per optimisation" + (key if faint else ""), fontsize=10)
+    ax_rate.set_title("throughput, speed-up over the first" + (key if faint else ""), fontsize=10)
+    return save(fig, path)
 
 
 def phases(summary: pd.DataFrame, path: Path) -> Path | None:
@@ -290,7 +312,7 @@ def phases(summary: pd.DataFrame, path: Path) -> Path | None:
     ax.tick_params(axis="x", rotation=20)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _colors(n: int) -> list:

@@ -25,6 +25,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from benchbay.analysis import plots
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, varying_columns
 from benchbay.analysis.tables import describe
 from benchbay.record import Status
@@ -139,7 +140,4 @@ def plot_scaling(table: pd.DataFrame, path: str | Path) -> Path | None:
     ax_rate.set_yscale("log")  # a linear speed-up is then a straight line at every scale
     ax_eff.set_ylim(0, max(110.0, 100 * table["efficiency"].max() + 10))
     ax_rate.legend(fontsize=8)
-    path = Path(path)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return plots.save(fig, Path(path))

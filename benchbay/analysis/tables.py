@@ -92,7 +92,9 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     for s in SERIES:
         out[s] = _first_valid(ok[s]) if s in ok else None
     out["health_warnings"] = warnings_of(rows)
-    out["notes"] = notes(out["step_time_cv"], out["health_warnings"])
+    # a decoder's step is the wait for its next sample, which a queue filled ahead answers at once:
+    # its spread says nothing of the decoding, whose figures are its latency and CPU
+    out["notes"] = notes(None if decodes(ok) else out["step_time_cv"], out["health_warnings"])
     out["fidelity"] = fidelity_label(out["update_applied_share"], out["update_applied_share_se"])
     return out
 
@@ -175,9 +177,17 @@ SWEEP_COLUMNS = ("name", "status", "repeats", "step_time_s", "step_time_p10_s", 
                  "reason")
 #: a decoder point's sweep row: its figures are its latency and CPU (the report's Decoders section)
 DECODE_SWEEP_COLUMNS = ("name", "status", "repeats", "peak_host_rss_gib", "notes", "reason")
+#: a decoder's key figures, for a terminal: its latency, CPU and delivered rate, no step
+DECODE_KEY_COLUMNS = ("name", "status", "extra.view_latency_ms_median", "extra.cpu_s_per_sample",
+                      "extra.loader_samples_per_s", "notes", "reason")
 #: the key figures, for a terminal
 KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", *FIGURES, "peak_mem_allocated_gib",
                "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "notes", "reason")
+
+
+def decodes(points: pd.DataFrame) -> bool:
+    """Whether these are decoder points (per-view latency recorded): their figures are decode figures."""
+    return "extra.view_latency_ms_median" in points and points["extra.view_latency_ms_median"].notna().any()
 
 
 def sweep_table(points: pd.DataFrame, columns: Sequence[str] = SWEEP_COLUMNS) -> pd.DataFrame:

@@ -48,7 +48,8 @@ class TrainStep:
         if self.graphs:  # outputs of the previous step's graphs may be overwritten from here on
             torch.compiler.cudagraph_mark_step_begin()
         with self.autocast():
-            loss, parts = self.workload.loss(self.model, batch)
+            out = self.workload.loss(self.model, batch)
+        loss, parts = (out, {}) if isinstance(out, torch.Tensor) else out  # a bare loss has no parts
         with record_function("backward"):
             loss.backward()
         with record_function("optimizer"):

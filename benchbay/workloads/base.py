@@ -182,7 +182,8 @@ class TrainingWorkload(Workload):
         raise NotImplementedError
 
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Forward pass and loss; returns (loss, named loss parts to log). No backward here."""
+        """Forward pass and loss; returns (loss, named loss parts to log), or the loss alone. No
+        backward here."""
         raise NotImplementedError
 
     # --- optional -----------------------------------------------------------------------------

@@ -270,7 +270,7 @@ def cmd_gate(args) -> int:
         exit_code = 1 if args.require_baseline else 0
     else:
         candidate = load_runs([run])
-        thresholds = args.threshold or manifest.get("suite_as_run", {}).get("gate") or None
+        thresholds = args.threshold or (manifest.get("suite_as_run") or {}).get("gate") or None
         result = gate(load_runs([baseline]), candidate, thresholds,
                       loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob)
         text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown}"

@@ -35,10 +35,11 @@ GOOD = '{"suite": "s", "run_id": "r", "point_id": "p", "workload": "w", "status"
 
 
 @pytest.mark.parametrize("content, where", [
-    (b"garbage\n", "records.jsonl:1: not a JSON record"),
+    (b"garbage\n", "records.jsonl:1: an incomplete record"),
     (b"", "holds no records"),
-    (GOOD[20:].encode() + GOOD.encode(), "records.jsonl:1: not a JSON record"),  # its first record cut
-    (b"[1, 2]\n", "records.jsonl:1: expected a record"),
+    (GOOD[20:].encode() + GOOD.encode(), "records.jsonl:1: an incomplete record"),  # its first record cut
+    (b"[1, 2]\n", "records.jsonl:1: a line that is not a record"),
+    (b'{"suite": "s"}\n', "records.jsonl:1: a line that is not a record .*lacks run_id"),
     (b"\xff\xfe\n", "not UTF-8"),
 ])
 def test_a_baseline_that_cannot_be_read_is_an_error_not_no_baseline(tmp_path, content, where):
@@ -76,3 +77,95 @@ def test_reading_results_never_imports_the_module_a_record_names(tmp_path, monke
     (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     load_runs([run])
     assert "results_helper" not in sys.modules and not (tmp_path / "results_helper.py.ran").exists()
+
+
+def _record(run_id="r", point="p", mbs=1, **changes):
+    from benchbay.record import Record
+
+    fields = {"status": "ok", "metrics": {"step_time_s": 0.1, "samples_per_step": 1}, "env": {"machine_key": "m"},
+              "series": {"step_times_s": [0.1, 0.1, 0.1]}, "started_at": "2026-01-01T00:00:00+00:00"}
+    return Record(suite="s", run_id=run_id, point_id=point, label="L", workload="w", knobs={"mbs": mbs},
+                  **{**fields, **changes})
+
+
+def _line(**fields):
+    import json
+
+    return json.dumps({**_record().to_json(), **fields})
+
+
+BAD_LINES = {
+    b"null": "expected a record .*got null",
+    b"[1, 2]": "expected a record .*got list",
+    b"{}": "lacks suite, run_id",
+    b'{"status": "ok"}': "lacks suite",
+    _line(env=None).encode(): "env: expected a mapping, got null",
+    _line(metrics=None).encode(): "metrics: expected a mapping, got null",
+    _line(status="fine").encode(): "status: expected one of oom",
+    _line(schema=99).encode(): "schema 99: this benchbay reads schemas 1 to",
+    b'{"suite": "s", "run_id": "r", "point_id": "p\xff"}': "not UTF-8",
+    _line()[:50].encode(): "an incomplete record",
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_LINES))
+def test_every_reader_skips_a_line_that_is_not_a_record_with_one_warning_naming_file_and_line(tmp_path, bad):
+    from benchbay import cli, store
+    from benchbay.analysis.history import history
+
+    run = tmp_path / "s" / "r"
+    store.append_record(run, _record(point="p1"))
+    with open(run / "records.jsonl", "ab") as f:
+        f.write(bad + b"\n")
+    store.append_record(run, _record(point="p2", mbs=2))
+    store.write_manifest(run, {"suite": "s", "state": "complete", "env": {"machine_key": "m"}})
+    with pytest.warns(UserWarning, match=f"records.jsonl:2: skipping .*{BAD_LINES[bad]}") as caught:
+        assert [r["point_id"] for r in store.read_records(run)] == ["p1", "p2"]
+    assert len(caught) == 1
+    with pytest.warns(UserWarning, match="records.jsonl:2"):
+        df = store.load_runs([run])
+        assert list(df["point_id"]) == ["p1", "p2"] and len(history(df)) == 2
+        for argv in (["show", "s"], ["history", "s"], ["compare", "r", "r"], ["gate", "r"],
+                     ["report", "s", "--out", str(tmp_path / "rep")]):
+            assert cli.main([*argv, "--results", str(tmp_path)]) == 0, argv
+
+
+def test_a_cut_manifest_of_one_run_does_not_hide_the_others_from_history(tmp_path, capsys):
+    from benchbay import cli, store
+
+    for run_id in ("r1", "r2"):
+        store.append_record(tmp_path / "s" / run_id, _record(run_id=run_id))
+        store.write_manifest(tmp_path / "s" / run_id, {"suite": "s", "state": "complete"})
+    (tmp_path / "s" / "r1" / "manifest.json").write_text('{"suite": "s", "sta')
+    with pytest.warns(UserWarning, match="r1/manifest.json: skipping a manifest that is not JSON"):
+        assert cli.main(["history", "s", "--results", str(tmp_path)]) == 0
+    assert "r1" in capsys.readouterr().out
+
+
+def test_the_writer_writes_strict_json_and_an_older_schema_reads_as_today(tmp_path):
+    import json
+    import math
+
+    from benchbay import store
+    from benchbay.record import SCHEMA
+
+    run = tmp_path / "s" / "r"
+    store.append_record(run, _record(metrics={"step_time_s": math.nan, "mfu": math.inf},
+                                     series={"losses": [1.0, math.nan]}))
+    store.write_manifest(run, {"suite": "s", "peak": -math.inf})
+
+    def strict(constant):
+        raise AssertionError(f"bare {constant} written")
+
+    (line,) = (run / "records.jsonl").read_text().splitlines()
+    stored = json.loads(line, parse_constant=strict)
+    assert stored["schema"] == SCHEMA and stored["metrics"] == {"step_time_s": None, "mfu": None}
+    assert stored["series"]["losses"] == [1.0, None]
+    assert json.loads((run / "manifest.json").read_text(), parse_constant=strict)["peak"] is None
+    # schema 1 (or none) wrote bare NaN: read, it is today's record
+    old = {**_record(point="old").to_json(), "metrics": {"step_time_s": math.nan}}
+    del old["schema"]
+    with open(run / "records.jsonl", "a") as f:
+        f.write(json.dumps(old) + "\n")
+    assert store.read_records(run)[1]["metrics"] == {"step_time_s": None}
+    assert store.read_records(run)[1]["schema"] == SCHEMA

@@ -39,7 +39,7 @@ examples:
   benchbay gate quickstart --baseline main       exit 1 on a real regression (for CI)
 
 exit codes: 0 done; 1 a point failed (run) or a regression (gate); 2 bad input; 3 out of --time-budget;
-130 interrupted.
+4 the results store could not be written (run; resumable); 130 interrupted (Ctrl-C or SIGTERM).
 Bad input is said in one line; set BENCHBAY_TRACEBACK=1 for the traceback behind it."""
 
 #: any other status (a failure, or repeats that disagree) is bold red
@@ -128,6 +128,8 @@ def cmd_run(args) -> int:
                       "may hold that noise (the report notes them)[/yellow]")
     if summary.interrupted:
         return 130
+    if summary.unwritable:
+        return 4
     if summary.out_of_time:
         return 3
     if not args.no_report:

@@ -34,6 +34,7 @@ class RunSummary:
     out_of_time: bool = False  # stopped before a point the time budget had no room for (resumable)
     failed: list[str] = field(default_factory=list)  # every failed point of the run, described
     busy: int = 0  # records this call measured while the machine was not quiet
+    unwritable: str | None = None  # why the store could not be written (a full disk): the sweep stopped there
 
 
 #: a data loader's own throughput over its measured window (the decode workload's extra figure)
@@ -139,7 +140,10 @@ class SuiteRunner:
             health=outcome.health, started_at=started.isoformat(timespec="seconds"),
             duration_s=time.perf_counter() - t0)
         if self.launch.node_rank == 0:  # every node of a multi-node point runs this; one records it
-            store.append_record(self.run, record)
+            try:
+                store.append_record(self.run, record)
+            except OSError as exc:  # the record is absent, not cut: the point runs again on resume
+                raise _Unwritable(f"{self.run / store.RECORDS}: {exc}") from exc
         return record
 
     # ---- the sweep ------------------------------------------------------------------------------
@@ -199,7 +203,12 @@ class SuiteRunner:
                 summary.interrupted = True
                 progress.note(f"interrupted: records so far are kept in {self.run}; "
                               f"continue with --resume {self.run.name}")
-        manifest.update(state="interrupted" if summary.interrupted or summary.out_of_time else "complete",
+            except _Unwritable as exc:
+                summary.unwritable = str(exc)
+                progress.note(f"the sweep stopped: cannot write {exc}; records so far are kept in {self.run}; "
+                              f"free space, then continue with --resume {self.run.name}")
+        stopped = summary.interrupted or summary.out_of_time or summary.unwritable
+        manifest.update(state="interrupted" if stopped else "complete",
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         store.write_manifest(self.run, manifest)
         latest = {(r.point_id, r.repeat): r for r in map(Record.from_json, store.read_records(self.run))}
@@ -272,6 +281,10 @@ class SuiteRunner:
 def matches(point: Point, label: str) -> bool:
     """A suite's point label, also when a grid appended its values ("base mbs=2" matches "base")."""
     return point.label is not None and (point.label == label or point.label.startswith(label + " "))
+
+
+class _Unwritable(Exception):
+    """A record could not be appended to the store (a full disk, a read-only mount)."""
 
 
 class _NotRunnable(Exception):

@@ -169,3 +169,69 @@ def test_the_writer_writes_strict_json_and_an_older_schema_reads_as_today(tmp_pa
         f.write(json.dumps(old) + "\n")
     assert store.read_records(run)[1]["metrics"] == {"step_time_s": None}
     assert store.read_records(run)[1]["schema"] == SCHEMA
+
+
+SWEEP = """
+name: s
+workload: {name: tests.fixtures.tinywork:Tiny}
+knobs: {precision: fp32}
+sweep: {grid: {mbs: [1, 2, 3, 4]}}
+steps: {warmup: 1, measure: 2}
+"""
+
+
+class _InProcess:
+    """A launcher that runs nothing: each point ends ok at once (for the runner's own logic)."""
+
+    def __init__(self):
+        from benchbay.launch.base import Launch
+
+        self.launch, self.launched = Launch(), []
+
+    def device(self, requested):
+        return "cpu"
+
+    def scratch(self, run):
+        import contextlib
+
+        return contextlib.nullcontext(run.parent)
+
+    def run(self, spec, workdir):
+        from benchbay.launch.base import Outcome
+
+        self.launched.append(spec.knobs["mbs"])
+        return Outcome(status="ok", metrics={"step_time_s": 0.1, "samples_per_step": spec.knobs["mbs"]})
+
+
+def test_a_full_disk_stops_the_sweep_with_a_resume_hint_and_no_record_cut(tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    from benchbay import cli, store
+
+    real_write, calls = os.write, []
+
+    def fills_up(fd, data):  # the second record: half of it fits, then the disk is full
+        calls.append(data)
+        if len(calls) == 2:
+            return real_write(fd, data[:len(data) // 2])
+        if len(calls) > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(store.os, "write", fills_up)
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 4
+    (run,) = (tmp_path / "results" / "s").iterdir()
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "No space left on device" in err and f"--resume {run.name}" in err
+    assert [r["knobs"]["mbs"] for r in store.read_records(run)] == [1]  # whole or absent: nothing cut
+    assert (run / "records.jsonl").read_bytes().count(b"\n") == 1
+    assert store.read_manifest(run)["state"] == "interrupted"
+    monkeypatch.setattr(store.os, "write", real_write)
+    launcher = _InProcess()
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
+    assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report", "--resume",
+                     run.name]) == 0
+    assert launcher.launched == [2, 3, 4] and store.read_manifest(run)["state"] == "complete"

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -177,8 +180,8 @@ class SuiteRunner:
             summary.busy += warn_once(record, warned, progress)
             progress.result(describe(record))
 
-        with self.launcher.scratch(self.run) as scratch, SweepProgress(self.console, self.suite.name,
-                                                                       len(tasks)) as progress:
+        with _sigterm_as_interrupt(), self.launcher.scratch(self.run) as scratch, \
+                SweepProgress(self.console, self.suite.name, len(tasks)) as progress:
             self.scratch = scratch
             try:
                 for i, (point, repeat) in enumerate(tasks, 1):
@@ -281,6 +284,24 @@ class SuiteRunner:
 def matches(point: Point, label: str) -> bool:
     """A suite's point label, also when a grid appended its values ("base mbs=2" matches "base")."""
     return point.label is not None and (point.label == label or point.label.startswith(label + " "))
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (what CI runners and Slurm send) ends the sweep as Ctrl-C does: the point's processes
+    killed, the scratch folder removed, the manifest interrupted, the resume hint said."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _Unwritable(Exception):

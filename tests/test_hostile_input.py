@@ -235,3 +235,75 @@ def test_a_full_disk_stops_the_sweep_with_a_resume_hint_and_no_record_cut(tmp_pa
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report", "--resume",
                      run.name]) == 0
     assert launcher.launched == [2, 3, 4] and store.read_manifest(run)["state"] == "complete"
+
+
+def test_sigterm_is_an_interrupt(tmp_path, in_repo, cli_env):
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from benchbay import store
+    from tests.conftest import benchbay_cmd
+
+    path = write_suite(tmp_path / "s.yaml", SWEEP.replace("knobs: {precision: fp32}",
+                                                          "knobs: {precision: fp32, fault: hang}"))
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen(benchbay_cmd("run", str(path), "--results", str(tmp_path / "results"), "--no-report"),
+                            env={**cli_env, "TMPDIR": str(tmp_path / "tmp")}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while not list((tmp_path / "tmp").glob("benchbay-*/*/worker.log")) and time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    point = psutil.Process(proc.pid).children(recursive=True)
+    assert point, "the point never started"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    (run,) = (tmp_path / "results" / "s").iterdir()
+    assert proc.returncode == 130 and "interrupted" in out and f"--resume {run.name}" in out
+    assert store.read_manifest(run)["state"] == "interrupted"
+    assert not list((tmp_path / "tmp").iterdir())  # the scratch folder is gone
+    assert not [p for p in point if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+DAEMON = '''
+import subprocess, sys
+from tests.fixtures.tinywork import Tiny
+
+class Daemon(Tiny):
+    name = "daemon"
+    params = {**Tiny.params, "pidfile": None}
+
+    def loss(self, model, batch):
+        if not hasattr(self, "started"):  # a helper in a session of its own, left running
+            self.started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                            start_new_session=True)
+            with open(self.params["pidfile"], "a") as f:
+                f.write(f"{self.started.pid}\\n")
+        return super().loss(model, batch)
+'''
+
+
+def test_a_process_a_step_started_in_a_session_of_its_own_does_not_outlive_the_point(tmp_path, in_repo,
+                                                                                    monkeypatch):
+    import psutil
+
+    from benchbay.runner import SuiteRunner
+    from benchbay.suite import load
+
+    (tmp_path / "daemonwork.py").write_text(DAEMON)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    pidfile = tmp_path / "pids"
+    path = write_suite(tmp_path / "s.yaml", f"""
+name: s
+workload: {{name: "daemonwork:Daemon", params: {{pidfile: "{pidfile}"}}}}
+knobs: {{precision: fp32}}
+steps: {{warmup: 1, measure: 2}}
+""")
+    summary = SuiteRunner(load(path), tmp_path / "results").run_all()
+    assert summary.counts == {"ok": 1}
+    (pid,) = map(int, pidfile.read_text().split())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import signal
 import threading
 import time
@@ -95,12 +96,7 @@ class SuiteRunner:
         self.device = self.launcher.device(suite.devices.type)
         self.peak_flops = peak_flops
         self.run = self._pick_run(resume)
-        # what this machine measured in the run, by today's identity of each point; a point measured
-        # twice is known by its first record, the one its memory snapshots name
-        self.stored: dict[tuple[str, int], dict[str, Any]] = {}
-        for r in store.read_records(self.run):
-            if r.get("env", {}).get("machine_key") == self.env["machine_key"]:
-                self.stored.setdefault((store.as_measured_today(r)["point_id"], r.get("repeat", 0)), r)
+        self.stored: dict[tuple[str, int], dict[str, Any]] = {}  # read once the run is locked
         self.scratch: Path | None = None  # the launcher's folder for the points' files, while run_all runs
 
     def _pick_run(self, resume: str | bool) -> Path:
@@ -161,11 +157,21 @@ class SuiteRunner:
         return [(p, r) for p in points for r in range(self.suite.repeats)]
 
     def run_all(self) -> RunSummary:
+        # one process writes a run: two --resume of one run each measured every point
+        with store.lock_run(self.run):
+            # what this machine measured in the run, by today's identity of each point; a point
+            # measured twice is known by its first record, the one its memory snapshots name
+            for r in store.read_records(self.run):
+                if r["env"].get("machine_key") == self.env["machine_key"]:
+                    self.stored.setdefault((store.as_measured_today(r)["point_id"], r.get("repeat", 0)), r)
+            return self._sweep()
+
+    def _sweep(self) -> RunSummary:
         tasks = self.tasks()
         manifest = {"suite": self.suite.name, "suite_file": self.suite.path, "suite_as_run": self.suite.raw,
                     "run_id": self.run.name, "env": self.env, "device": self.device,
                     "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                    "points": len(tasks), "state": "running"}
+                    "points": len(tasks), "state": "running", "pid": os.getpid()}
         if self.labels:  # a --point call: its points and state are those of the labels asked
             manifest["labels"] = self.labels
         # a resumed run keeps its first start

@@ -4,6 +4,7 @@ the environment, the run's state). Loading any set of runs gives one flat DataFr
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
@@ -14,6 +15,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,27 @@ def run_dir(root: str | Path, suite: str, run_id: str) -> Path:
             raise ValueError(f"{what} {value!r}: expected one path component of letters, digits, '.', '_' "
                              "and '-', starting with a letter or digit")
     return Path(root) / suite / run_id
+
+
+class RunInUse(FileExistsError):
+    """Another process holds a run's lock: it is running or resuming that run (the CLI says so in
+    one line, as of any FileExistsError)."""
+
+
+@contextmanager
+def lock_run(run: Path) -> Iterator[None]:
+    """An exclusive lock on a run while it is written, held on its records file (the one file of a
+    run that is only appended to, never replaced, so the lock is never lost to a rename); RunInUse,
+    naming the holder, when another process has it."""
+    run.mkdir(parents=True, exist_ok=True)
+    with open(run / RECORDS, "ab") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = read_manifest(run).get("pid")
+            raise RunInUse(f"{run} is in use by another benchbay process ({f'pid {pid}' if pid else 'starting'}): "
+                           "wait for it to end, or stop it, then resume") from None
+        yield
 
 
 def append_record(run: Path, record: Record) -> None:

@@ -307,3 +307,37 @@ steps: {{warmup: 1, measure: 2}}
     assert summary.counts == {"ok": 1}
     (pid,) = map(int, pidfile.read_text().split())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_second_process_on_a_run_says_who_holds_it_and_measures_nothing(tmp_path, monkeypatch, capsys):
+    import os
+    import threading
+
+    from benchbay import cli, store
+    from benchbay.runner import SuiteRunner
+    from benchbay.suite import load
+
+    started, release = threading.Event(), threading.Event()
+
+    class Held(_InProcess):  # the first sweep, stopped inside its first point
+        def run(self, spec, workdir):
+            started.set()
+            release.wait(60)
+            return super().run(spec, workdir)
+
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    first = SuiteRunner(load(path), tmp_path / "results", launcher=Held())
+    thread = threading.Thread(target=first.run_all)
+    thread.start()
+    try:
+        assert started.wait(60)
+        second = _InProcess()
+        monkeypatch.setattr(cli, "_launcher", lambda args, suite: second)
+        code = cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report",
+                         "--resume", first.run.name])
+    finally:
+        release.set()
+        thread.join(60)
+    assert code == 2 and second.launched == []
+    assert f"{first.run} is in use by another benchbay process (pid {os.getpid()})" in capsys.readouterr().err
+    assert sorted(r["knobs"]["mbs"] for r in store.read_records(first.run)) == [1, 2, 3, 4]

@@ -8,12 +8,11 @@ name replaces that baseline as a whole.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
-from benchbay.store import MANIFEST, RECORDS, read_records
+from benchbay.store import MANIFEST, RECORDS, read_records, record_lines
 
 BASELINES_DIR = "baselines"
 
@@ -40,21 +39,12 @@ def _check_readable(baseline: Path) -> None:
     """A baseline that exists but cannot be read is an error, never "no baseline": a gate that
     found garbage (or nothing) there and passed would be turned off by it."""
     path = baseline / RECORDS
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}): an unreadable baseline") from None
-    if not any(line.strip() for line in lines):
+    lines = list(record_lines(path))
+    if not lines:
         raise ValueError(f"{path}: holds no records: an unreadable baseline")
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not a JSON record ({exc.msg}): an unreadable baseline") from None
-        if not isinstance(record, dict) or not isinstance(record.get("suite"), str):
-            raise ValueError(f"{path}:{n}: expected a record (a JSON object with a suite): an unreadable baseline")
+    for n, got in lines:
+        if isinstance(got, str):
+            raise ValueError(f"{path}:{n}: {got}: an unreadable baseline")
 
 
 def _check_name(name: str) -> None:

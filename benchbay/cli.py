@@ -39,7 +39,7 @@ examples:
   benchbay gate quickstart --baseline main       exit 1 on a real regression (for CI)
 
 exit codes: 0 done; 1 a point failed (run) or a regression (gate); 2 bad input; 3 out of --time-budget;
-130 interrupted.
+4 the results store could not be written (run; resumable); 130 interrupted (Ctrl-C or SIGTERM).
 Bad input is said in one line; set BENCHBAY_TRACEBACK=1 for the traceback behind it."""
 
 #: any other status (a failure, or repeats that disagree) is bold red
@@ -149,6 +149,8 @@ def cmd_run(args) -> int:
                       "may hold that noise (the report notes them)[/yellow]")
     if summary.interrupted:
         return 130
+    if summary.unwritable:
+        return 4
     if summary.out_of_time:
         return 3
     if not args.no_report:
@@ -348,7 +350,7 @@ def cmd_gate(args) -> int:
         exit_code = 1 if args.require_baseline else 0
     else:
         candidate = load_runs([run])
-        thresholds = args.threshold or manifest.get("suite_as_run", {}).get("gate") or None
+        thresholds = args.threshold or (manifest.get("suite_as_run") or {}).get("gate") or None
         result = gate(load_runs([baseline]), candidate, thresholds,
                       loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob)
         text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown.rstrip()}"

@@ -5,6 +5,10 @@ statuses, the reports, ``compare`` and ``gate`` read them."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import types
+import typing
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -25,7 +29,9 @@ class Status(StrEnum):
 #: statuses that fail a run (its exit code); an oom of a batch search's probe is a result instead
 FAILED = frozenset({Status.OOM, Status.ERROR, Status.DIVERGED, Status.CRASH, Status.TIMEOUT})
 
-SCHEMA = 1
+#: the stored schema: 2 writes strict JSON (a non-finite number is null); 1 (or none: older runs,
+#: imports) wrote bare NaN and Infinity. ``migrate`` reads every version as today's.
+SCHEMA = 2
 
 
 @dataclass(kw_only=True)
@@ -61,11 +67,13 @@ class Record:
         self.status = Status(self.status)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return finite(dataclasses.asdict(self))
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Record:
-        """A stored record (fields this class does not know are not kept: read the JSON for them)."""
+    def from_json(cls, data: Any) -> Record:
+        """A stored record (fields this class does not know are not kept: read the JSON for them);
+        ValueError, saying what is wrong, for one that is not a record of a schema this reads."""
+        data = validate(data)
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
     @property
@@ -76,3 +84,74 @@ class Record:
     def failed(self) -> bool:
         """True when the point fails the run: an oom of a batch search's probe does not."""
         return self.status in FAILED and not (self.status == Status.OOM and "search_group" in self.extra)
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float as None: strict JSON has no NaN or Infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored record of an older schema as today's: the one place older versions are read."""
+    if data.get("schema", 1) == 1:
+        data = {**finite(data), "schema": 2}
+    return data
+
+
+def validate(data: Any) -> dict[str, Any]:
+    """The JSON of a stored record, migrated to today's schema and checked against ``Record``'s
+    fields and types; ValueError saying what does not fit."""
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a record (a JSON object), got {_kind(data)}")
+    if not isinstance(data.get("schema", 1), int) or not 1 <= data.get("schema", 1) <= SCHEMA:
+        raise ValueError(f"schema {data['schema']!r}: this benchbay reads schemas 1 to {SCHEMA} (a newer one "
+                         "wrote it?)")
+    data = migrate(data)
+    fields = dataclasses.fields(Record)
+    missing = [f.name for f in fields if f.name not in data and f.default is f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"expected a record: it lacks {', '.join(missing)}")
+    for f in fields:
+        if f.name in data and not _fits(data[f.name], _HINTS[f.name]):
+            raise ValueError(f"{f.name}: expected {_describe(_HINTS[f.name])}, got {_kind(data[f.name])}")
+    return data
+
+
+_HINTS = typing.get_type_hints(Record)
+_WORDS = {str: "a string", int: "an integer", float: "a number", dict: "a mapping", list: "a list",
+          type(None): "null"}
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value is of a field's type (the outer type of a dict or list: their items are
+    the readers' to judge)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in typing.get_args(hint))
+    if origin is Literal:
+        return value in typing.get_args(hint)
+    kind = origin or hint
+    if kind is Status:
+        return isinstance(value, str) and value in set(Status)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def _describe(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(map(_describe, typing.get_args(hint)))
+    if typing.get_origin(hint) is Literal or hint is Status:
+        return "one of " + ", ".join(map(str, typing.get_args(hint) or list(Status)))
+    return _WORDS[typing.get_origin(hint) or hint]
+
+
+def _kind(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return "null" if value is None else f"{type(value).__name__} {text[:40]}"

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,7 @@ class RunSummary:
     out_of_time: bool = False  # stopped before a point the time budget had no room for (resumable)
     failed: list[str] = field(default_factory=list)  # every failed point of the run, described
     busy: int = 0  # records this call measured while the machine was not quiet
+    unwritable: str | None = None  # why the store could not be written (a full disk): the sweep stopped there
 
 
 #: a data loader's own throughput over its measured window (the decode workload's extra figure)
@@ -94,12 +99,7 @@ class SuiteRunner:
         self.device = self.launcher.device(suite.devices.type)
         self.peak_flops = peak_flops
         self.run = self._pick_run(resume)
-        # what this machine measured in the run, by today's identity of each point; a point measured
-        # twice is known by its first record, the one its memory snapshots name
-        self.stored: dict[tuple[str, int], dict[str, Any]] = {}
-        for r in store.read_records(self.run):
-            if r.get("env", {}).get("machine_key") == self.env["machine_key"]:
-                self.stored.setdefault((store.as_measured_today(r)["point_id"], r.get("repeat", 0)), r)
+        self.stored: dict[tuple[str, int], dict[str, Any]] = {}  # read once the run is locked
         self.scratch: Path | None = None  # the launcher's folder for the points' files, while run_all runs
 
     def _pick_run(self, resume: str | bool) -> Path:
@@ -146,7 +146,10 @@ class SuiteRunner:
             health=outcome.health, started_at=started.isoformat(timespec="seconds"),
             duration_s=time.perf_counter() - t0)
         if self.launch.node_rank == 0:  # every node of a multi-node point runs this; one records it
-            store.append_record(self.run, record)
+            try:
+                store.append_record(self.run, record)
+            except OSError as exc:  # the record is absent, not cut: the point runs again on resume
+                raise _Unwritable(f"{self.run / store.RECORDS}: {exc}") from exc
         return record
 
     # ---- the sweep ------------------------------------------------------------------------------
@@ -161,11 +164,21 @@ class SuiteRunner:
         return [(p, r) for p in points for r in range(self.suite.repeats)]
 
     def run_all(self) -> RunSummary:
+        # one process writes a run: two --resume of one run each measured every point
+        with store.lock_run(self.run):
+            # what this machine measured in the run, by today's identity of each point; a point
+            # measured twice is known by its first record, the one its memory snapshots name
+            for r in store.read_records(self.run):
+                if r["env"].get("machine_key") == self.env["machine_key"]:
+                    self.stored.setdefault((store.as_measured_today(r)["point_id"], r.get("repeat", 0)), r)
+            return self._sweep()
+
+    def _sweep(self) -> RunSummary:
         tasks = self.tasks()
         manifest = {"suite": self.suite.name, "suite_file": self.suite.path, "suite_as_run": self.suite.raw,
                     "run_id": self.run.name, "env": self.env, "device": self.device,
                     "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                    "points": len(tasks), "state": "running"}
+                    "points": len(tasks), "state": "running", "pid": os.getpid()}
         if self.labels:  # a --point call: its points and state are those of the labels asked
             manifest["labels"] = self.labels
         # a resumed run keeps its first start
@@ -180,8 +193,8 @@ class SuiteRunner:
             summary.busy += warn_once(record, warned, progress)
             progress.result(describe(record))
 
-        with self.launcher.scratch(self.run) as scratch, SweepProgress(self.console, self.suite.name,
-                                                                       len(tasks)) as progress:
+        with _sigterm_as_interrupt(), self.launcher.scratch(self.run) as scratch, \
+                SweepProgress(self.console, self.suite.name, len(tasks)) as progress:
             self.scratch = scratch
             try:
                 for i, (point, repeat) in enumerate(tasks, 1):
@@ -206,7 +219,12 @@ class SuiteRunner:
                 summary.interrupted = True
                 progress.note(f"interrupted: records so far are kept in {self.run}; "
                               f"continue with --resume {self.run.name}")
-        manifest.update(state="interrupted" if summary.interrupted or summary.out_of_time else "complete",
+            except _Unwritable as exc:
+                summary.unwritable = str(exc)
+                progress.note(f"the sweep stopped: cannot write {exc}; records so far are kept in {self.run}; "
+                              f"free space, then continue with --resume {self.run.name}")
+        stopped = summary.interrupted or summary.out_of_time or summary.unwritable
+        manifest.update(state="interrupted" if stopped else "complete",
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         store.write_manifest(self.run, manifest)
         latest = {(r.point_id, r.repeat): r for r in map(Record.from_json, store.read_records(self.run))}
@@ -286,6 +304,28 @@ def cannot_run(point: Point, device: str, world_size: int) -> str | None:
 def matches(point: Point, label: str) -> bool:
     """A suite's point label, also when a grid appended its values ("base mbs=2" matches "base")."""
     return point.label is not None and (point.label == label or point.label.startswith(label + " "))
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (what CI runners and Slurm send) ends the sweep as Ctrl-C does: the point's processes
+    killed, the scratch folder removed, the manifest interrupted, the resume hint said."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Unwritable(Exception):
+    """A record could not be appended to the store (a full disk, a read-only mount)."""
 
 
 class _NotRunnable(Exception):

@@ -5,6 +5,7 @@ the environment, the run's state). Loading any set of runs gives one flat DataFr
 from __future__ import annotations
 
 import difflib
+import fcntl
 import functools
 import hashlib
 import json
@@ -14,11 +15,12 @@ import secrets
 import sys
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchbay.record import Record
+from benchbay.record import Record, finite, validate
 
 if TYPE_CHECKING:  # a frame only where results are read: the worker and the suite files never pay for pandas
     import pandas as pd
@@ -52,49 +54,104 @@ def run_dir(root: str | Path, suite: str, run_id: str) -> Path:
     return Path(root) / suite / run_id
 
 
-def append_record(run: Path, record: Record) -> None:
-    """One line, flushed and fsynced: a crash or Ctrl-C loses nothing already appended."""
+class RunInUse(FileExistsError):
+    """Another process holds a run's lock: it is running or resuming that run (the CLI says so in
+    one line, as of any FileExistsError)."""
+
+
+@contextmanager
+def lock_run(run: Path) -> Iterator[None]:
+    """An exclusive lock on a run while it is written, held on its records file (the one file of a
+    run that is only appended to, never replaced, so the lock is never lost to a rename); RunInUse,
+    naming the holder, when another process has it."""
     run.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record.to_json(), default=str, allow_nan=True) + "\n").encode()
-    with open(run / RECORDS, "ab+") as f:
-        if f.tell() > 0:
+    with open(run / RECORDS, "ab") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = read_manifest(run).get("pid")
+            raise RunInUse(f"{run} is in use by another benchbay process ({f'pid {pid}' if pid else 'starting'}): "
+                           "wait for it to end, or stop it, then resume") from None
+        yield
+
+
+def append_record(run: Path, record: Record) -> None:
+    """One line of strict JSON, fsynced, whole or absent: a write that fails (a full disk) is cut
+    back off the file before its error goes on, and a crash or Ctrl-C loses nothing already appended."""
+    run.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record.to_json(), default=str, allow_nan=False) + "\n").encode()
+    with open(run / RECORDS, "ab+", buffering=0) as f:
+        end = f.seek(0, os.SEEK_END)
+        if end > 0:
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":  # a torn line from a hard kill: keep the new record off it
                 line = b"\n" + line
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+        try:
+            written = 0
+            while written < len(line):
+                written += os.write(f.fileno(), line[written:])
+            os.fsync(f.fileno())
+        except OSError:
+            f.truncate(end)
+            raise
 
 
 def write_manifest(run: Path, manifest: dict[str, Any]) -> None:
     run.mkdir(parents=True, exist_ok=True)
     tmp = run / (MANIFEST + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(manifest, f, indent=2, default=str)
+        json.dump(finite(manifest), f, indent=2, default=str, allow_nan=False)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, run / MANIFEST)
 
 
 def read_manifest(run: Path) -> dict[str, Any]:
+    """A run's manifest, or {} (with a warning naming it when it cannot be read: one bad manifest
+    must not hide the other runs of a suite)."""
     path = Path(run) / MANIFEST
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        warnings.warn(f"{path}: skipping a manifest that is not JSON ({exc})", stacklevel=2)
+        return {}
+    if not isinstance(manifest, dict):
+        warnings.warn(f"{path}: skipping a manifest that is not a JSON object", stacklevel=2)
+        return {}
+    return manifest
+
+
+def record_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    """Each non-blank line of a records file: its number and the record, migrated to today's
+    schema (``benchbay.record.validate``), or what keeps it from being one."""
+    for n, raw in enumerate(path.read_bytes().split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            yield n, validate(json.loads(raw.decode("utf-8")))
+        except UnicodeDecodeError as exc:
+            yield n, f"a line that is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        except json.JSONDecodeError as exc:
+            yield n, f"an incomplete record (not JSON: {exc.msg})"
+        except ValueError as exc:
+            yield n, f"a line that is not a record ({exc})"
 
 
 def read_records(run: Path) -> list[dict[str, Any]]:
-    """Every complete record of a run as stored (the JSON of ``Record``, or of older runs); a torn
-    last line from a hard kill is skipped."""
+    """Every record of a run (the JSON of ``Record``, older schemas migrated); a line that is not
+    one (a torn last line from a hard kill, a hand edit, a bad byte) is skipped with a warning
+    naming its file and line."""
     path = Path(run) / RECORDS
     if not path.exists():
         return []
     records = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            warnings.warn(f"{path}:{n}: skipping an incomplete record", stacklevel=2)
+    for n, got in record_lines(path):
+        if isinstance(got, str):
+            warnings.warn(f"{path}:{n}: skipping {got}", stacklevel=2)
+        else:
+            records.append(got)
     return records
 
 
@@ -136,7 +193,7 @@ def latest_run(root: str | Path, suite: str, machine_key: str | None = None) -> 
     for run in sorted((Path(root) / suite).glob("*/"), reverse=True):
         if not (run / MANIFEST).exists():
             continue
-        if machine_key is None or read_manifest(run).get("env", {}).get("machine_key") == machine_key:
+        if machine_key is None or (read_manifest(run).get("env") or {}).get("machine_key") == machine_key:
             return run
     return None
 

@@ -35,10 +35,11 @@ GOOD = '{"suite": "s", "run_id": "r", "point_id": "p", "workload": "w", "status"
 
 
 @pytest.mark.parametrize("content, where", [
-    (b"garbage\n", "records.jsonl:1: not a JSON record"),
+    (b"garbage\n", "records.jsonl:1: an incomplete record"),
     (b"", "holds no records"),
-    (GOOD[20:].encode() + GOOD.encode(), "records.jsonl:1: not a JSON record"),  # its first record cut
-    (b"[1, 2]\n", "records.jsonl:1: expected a record"),
+    (GOOD[20:].encode() + GOOD.encode(), "records.jsonl:1: an incomplete record"),  # its first record cut
+    (b"[1, 2]\n", "records.jsonl:1: a line that is not a record"),
+    (b'{"suite": "s"}\n', "records.jsonl:1: a line that is not a record .*lacks run_id"),
     (b"\xff\xfe\n", "not UTF-8"),
 ])
 def test_a_baseline_that_cannot_be_read_is_an_error_not_no_baseline(tmp_path, content, where):
@@ -76,3 +77,267 @@ def test_reading_results_never_imports_the_module_a_record_names(tmp_path, monke
     (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     load_runs([run])
     assert "results_helper" not in sys.modules and not (tmp_path / "results_helper.py.ran").exists()
+
+
+def _record(run_id="r", point="p", mbs=1, **changes):
+    from benchbay.record import Record
+
+    fields = {"status": "ok", "metrics": {"step_time_s": 0.1, "samples_per_step": 1}, "env": {"machine_key": "m"},
+              "series": {"step_times_s": [0.1, 0.1, 0.1]}, "started_at": "2026-01-01T00:00:00+00:00"}
+    return Record(suite="s", run_id=run_id, point_id=point, label="L", workload="w", knobs={"mbs": mbs},
+                  **{**fields, **changes})
+
+
+def _line(**fields):
+    import json
+
+    return json.dumps({**_record().to_json(), **fields})
+
+
+BAD_LINES = {
+    b"null": "expected a record .*got null",
+    b"[1, 2]": "expected a record .*got list",
+    b"{}": "lacks suite, run_id",
+    b'{"status": "ok"}': "lacks suite",
+    _line(env=None).encode(): "env: expected a mapping, got null",
+    _line(metrics=None).encode(): "metrics: expected a mapping, got null",
+    _line(status="fine").encode(): "status: expected one of oom",
+    _line(schema=99).encode(): "schema 99: this benchbay reads schemas 1 to",
+    b'{"suite": "s", "run_id": "r", "point_id": "p\xff"}': "not UTF-8",
+    _line()[:50].encode(): "an incomplete record",
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_LINES))
+def test_every_reader_skips_a_line_that_is_not_a_record_with_one_warning_naming_file_and_line(tmp_path, bad):
+    from benchbay import cli, store
+    from benchbay.analysis.history import history
+
+    run = tmp_path / "s" / "r"
+    store.append_record(run, _record(point="p1"))
+    with open(run / "records.jsonl", "ab") as f:
+        f.write(bad + b"\n")
+    store.append_record(run, _record(point="p2", mbs=2))
+    store.write_manifest(run, {"suite": "s", "state": "complete", "env": {"machine_key": "m"}})
+    with pytest.warns(UserWarning, match=f"records.jsonl:2: skipping .*{BAD_LINES[bad]}") as caught:
+        assert [r["point_id"] for r in store.read_records(run)] == ["p1", "p2"]
+    assert len(caught) == 1
+    with pytest.warns(UserWarning, match="records.jsonl:2"):
+        df = store.load_runs([run])
+        assert list(df["point_id"]) == ["p1", "p2"] and len(history(df)) == 2
+        for argv in (["show", "s"], ["history", "s"], ["compare", "r", "r"], ["gate", "r"],
+                     ["report", "s", "--out", str(tmp_path / "rep")]):
+            assert cli.main([*argv, "--results", str(tmp_path)]) == 0, argv
+
+
+def test_a_cut_manifest_of_one_run_does_not_hide_the_others_from_history(tmp_path, capsys):
+    from benchbay import cli, store
+
+    for run_id in ("r1", "r2"):
+        store.append_record(tmp_path / "s" / run_id, _record(run_id=run_id))
+        store.write_manifest(tmp_path / "s" / run_id, {"suite": "s", "state": "complete"})
+    (tmp_path / "s" / "r1" / "manifest.json").write_text('{"suite": "s", "sta')
+    with pytest.warns(UserWarning, match="r1/manifest.json: skipping a manifest that is not JSON"):
+        assert cli.main(["history", "s", "--results", str(tmp_path)]) == 0
+    assert "r1" in capsys.readouterr().out
+
+
+def test_the_writer_writes_strict_json_and_an_older_schema_reads_as_today(tmp_path):
+    import json
+    import math
+
+    from benchbay import store
+    from benchbay.record import SCHEMA
+
+    run = tmp_path / "s" / "r"
+    store.append_record(run, _record(metrics={"step_time_s": math.nan, "mfu": math.inf},
+                                     series={"losses": [1.0, math.nan]}))
+    store.write_manifest(run, {"suite": "s", "peak": -math.inf})
+
+    def strict(constant):
+        raise AssertionError(f"bare {constant} written")
+
+    (line,) = (run / "records.jsonl").read_text().splitlines()
+    stored = json.loads(line, parse_constant=strict)
+    assert stored["schema"] == SCHEMA and stored["metrics"] == {"step_time_s": None, "mfu": None}
+    assert stored["series"]["losses"] == [1.0, None]
+    assert json.loads((run / "manifest.json").read_text(), parse_constant=strict)["peak"] is None
+    # schema 1 (or none) wrote bare NaN: read, it is today's record
+    old = {**_record(point="old").to_json(), "metrics": {"step_time_s": math.nan}}
+    del old["schema"]
+    with open(run / "records.jsonl", "a") as f:
+        f.write(json.dumps(old) + "\n")
+    assert store.read_records(run)[1]["metrics"] == {"step_time_s": None}
+    assert store.read_records(run)[1]["schema"] == SCHEMA
+
+
+SWEEP = """
+name: s
+workload: {name: tests.fixtures.tinywork:Tiny}
+knobs: {precision: fp32}
+sweep: {grid: {mbs: [1, 2, 3, 4]}}
+steps: {warmup: 1, measure: 2}
+"""
+
+
+class _InProcess:
+    """A launcher that runs nothing: each point ends ok at once (for the runner's own logic)."""
+
+    def __init__(self):
+        from benchbay.launch.base import Launch
+
+        self.launch, self.launched = Launch(), []
+
+    def device(self, requested):
+        return "cpu"
+
+    def scratch(self, run):
+        import contextlib
+
+        return contextlib.nullcontext(run.parent)
+
+    def run(self, spec, workdir):
+        from benchbay.launch.base import Outcome
+
+        self.launched.append(spec.knobs["mbs"])
+        return Outcome(status="ok", metrics={"step_time_s": 0.1, "samples_per_step": spec.knobs["mbs"]})
+
+
+def test_a_full_disk_stops_the_sweep_with_a_resume_hint_and_no_record_cut(tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    from benchbay import cli, store
+
+    real_write, calls = os.write, []
+
+    def fills_up(fd, data):  # the second record: half of it fits, then the disk is full
+        calls.append(data)
+        if len(calls) == 2:
+            return real_write(fd, data[:len(data) // 2])
+        if len(calls) > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(store.os, "write", fills_up)
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 4
+    (run,) = (tmp_path / "results" / "s").iterdir()
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "No space left on device" in err and f"--resume {run.name}" in err
+    assert [r["knobs"]["mbs"] for r in store.read_records(run)] == [1]  # whole or absent: nothing cut
+    assert (run / "records.jsonl").read_bytes().count(b"\n") == 1
+    assert store.read_manifest(run)["state"] == "interrupted"
+    monkeypatch.setattr(store.os, "write", real_write)
+    launcher = _InProcess()
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
+    assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report", "--resume",
+                     run.name]) == 0
+    assert launcher.launched == [2, 3, 4] and store.read_manifest(run)["state"] == "complete"
+
+
+def test_sigterm_is_an_interrupt(tmp_path, in_repo, cli_env):
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from benchbay import store
+    from tests.conftest import benchbay_cmd
+
+    path = write_suite(tmp_path / "s.yaml", SWEEP.replace("knobs: {precision: fp32}",
+                                                          "knobs: {precision: fp32, fault: hang}"))
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen(benchbay_cmd("run", str(path), "--results", str(tmp_path / "results"), "--no-report"),
+                            env={**cli_env, "TMPDIR": str(tmp_path / "tmp")}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while not list((tmp_path / "tmp").glob("benchbay-*/*/worker.log")) and time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    point = psutil.Process(proc.pid).children(recursive=True)
+    assert point, "the point never started"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    (run,) = (tmp_path / "results" / "s").iterdir()
+    assert proc.returncode == 130 and "interrupted" in out and f"--resume {run.name}" in out
+    assert store.read_manifest(run)["state"] == "interrupted"
+    assert not list((tmp_path / "tmp").iterdir())  # the scratch folder is gone
+    assert not [p for p in point if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+DAEMON = '''
+import subprocess, sys
+from tests.fixtures.tinywork import Tiny
+
+class Daemon(Tiny):
+    name = "daemon"
+    params = {**Tiny.params, "pidfile": None}
+
+    def loss(self, model, batch):
+        if not hasattr(self, "started"):  # a helper in a session of its own, left running
+            self.started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                            start_new_session=True)
+            with open(self.params["pidfile"], "a") as f:
+                f.write(f"{self.started.pid}\\n")
+        return super().loss(model, batch)
+'''
+
+
+def test_a_process_a_step_started_in_a_session_of_its_own_does_not_outlive_the_point(tmp_path, in_repo,
+                                                                                    monkeypatch):
+    import psutil
+
+    from benchbay.runner import SuiteRunner
+    from benchbay.suite import load
+
+    (tmp_path / "daemonwork.py").write_text(DAEMON)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    pidfile = tmp_path / "pids"
+    path = write_suite(tmp_path / "s.yaml", f"""
+name: s
+workload: {{name: "daemonwork:Daemon", params: {{pidfile: "{pidfile}"}}}}
+knobs: {{precision: fp32}}
+steps: {{warmup: 1, measure: 2}}
+""")
+    summary = SuiteRunner(load(path), tmp_path / "results").run_all()
+    assert summary.counts == {"ok": 1}
+    (pid,) = map(int, pidfile.read_text().split())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_second_process_on_a_run_says_who_holds_it_and_measures_nothing(tmp_path, monkeypatch, capsys):
+    import os
+    import threading
+
+    from benchbay import cli, store
+    from benchbay.runner import SuiteRunner
+    from benchbay.suite import load
+
+    started, release = threading.Event(), threading.Event()
+
+    class Held(_InProcess):  # the first sweep, stopped inside its first point
+        def run(self, spec, workdir):
+            started.set()
+            release.wait(60)
+            return super().run(spec, workdir)
+
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    first = SuiteRunner(load(path), tmp_path / "results", launcher=Held())
+    thread = threading.Thread(target=first.run_all)
+    thread.start()
+    try:
+        assert started.wait(60)
+        second = _InProcess()
+        monkeypatch.setattr(cli, "_launcher", lambda args, suite: second)
+        code = cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report",
+                         "--resume", first.run.name])
+    finally:
+        release.set()
+        thread.join(60)
+    assert code == 2 and second.launched == []
+    assert f"{first.run} is in use by another benchbay process (pid {os.getpid()})" in capsys.readouterr().err
+    assert sorted(r["knobs"]["mbs"] for r in store.read_records(first.run)) == [1, 2, 3, 4]

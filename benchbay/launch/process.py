@@ -8,6 +8,7 @@ import ctypes
 import json
 import os
 import re
+import secrets
 import signal
 import statistics
 import subprocess
@@ -60,7 +61,7 @@ class Finished:
 
 def run_point(spec: PointSpec, workdir: Path, launch: Launch) -> Outcome:
     """Run the worker and return its (merged) result; never raises for a failed point.
-    KeyboardInterrupt kills the point's process group and propagates."""
+    KeyboardInterrupt (or SIGTERM, which the runner turns into one) kills the point's processes and propagates."""
     # each node sees only its own ranks' results (the Slurm launcher gathers every node's)
     return merge(run_ranks(spec, workdir, launch), spec.timeout, launch.nproc)
 
@@ -78,6 +79,7 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
     # not depend on earlier points
     env["TORCHINDUCTOR_CACHE_DIR"] = spec.compile_cache_dir or str(workdir / "inductor")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    env[POINT_MARK] = mark = secrets.token_hex(8)
     timed_out, state = False, ""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command(spec_path, result_path, launch), stdout=log, stderr=subprocess.STDOUT,
@@ -86,10 +88,8 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
             proc.wait(timeout=spec.timeout)
         except subprocess.TimeoutExpired:
             timed_out, state = True, tree_state(proc.pid)
-            _kill(proc)
-        except BaseException:
-            _kill(proc)
-            raise
+        finally:  # also after a clean exit: nothing the point started outlives it
+            _kill(proc, mark)
     results = [json.loads(p.read_text()) for p in sorted(workdir.glob("result*.json"))]
     log = log_path.read_text(errors="replace")
     # a hang: the phase it was in, where it stood (wherever they are in the log), what its processes did
@@ -124,18 +124,28 @@ def die_with_parent() -> None:
         pass
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    """SIGKILL the point's process group and every descendant: torchrun starts each rank in a
-    session of its own, so killing torchrun's group alone would leave hung ranks running."""
-    try:
-        descendants = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        descendants = []
+#: set in a point's environment, so that its processes are known wherever they went
+POINT_MARK = "BENCHBAY_POINT"
+
+
+def _kill(proc: subprocess.Popen, mark: str) -> None:
+    """SIGKILL the point's process group and every process of the point: torchrun starts each rank
+    in a session of its own (killing torchrun's group alone would leave hung ranks running), and a
+    step may start one in a session of its own that its parent's exit orphaned; each carries the
+    point's mark in its environment, or is still a descendant of the point's first process."""
+    doomed = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get(POINT_MARK) == mark:
+                doomed.append(p)
+    if proc.poll() is None:  # once reaped, its pid may be another process's
+        with contextlib.suppress(psutil.Error):
+            doomed += psutil.Process(proc.pid).children(recursive=True)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for child in descendants:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its first process while any member lives
+    for p in doomed:
         with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
+            p.kill()
     proc.wait()
 
 

@@ -14,10 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def table_rows() -> list[list[str]]:
+    """The rows of the README's tables of tuned points at update fidelity (5B and Wall-X; 14B)."""
     text = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- fidelity-table -->\n(.*?)<!-- /fidelity-table -->", text, re.S).group(1)
-    lines = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| point")]
-    return [[cell.strip().strip("*`") for cell in line.strip("|").split("|")] for line in lines]
+    rows = []
+    for marker in ("fidelity-table", "fidelity-14b-table"):
+        block = re.search(rf"<!-- {marker} -->\n(.*?)<!-- /{marker} -->", text, re.S).group(1)
+        lines = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| point")]
+        rows += [[cell.strip().strip("*`") for cell in line.strip("|").split("|")] for line in lines]
+    return rows
 
 
 @pytest.mark.parametrize("row", table_rows(), ids=lambda r: f"{r[0]}-{r[-1]}")

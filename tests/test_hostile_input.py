@@ -565,3 +565,13 @@ def test_a_workload_in_the_working_directory_is_found_as_under_python_m(tmp_path
         assert cli.main(["validate", str(path)]) == 0
     finally:
         sys.modules.pop("cwd_workload", None)
+
+
+def test_a_machine_key_a_record_names_never_places_a_baseline_outside_the_root(tmp_path, capsys):
+    from benchbay import cli, store
+
+    run = tmp_path / "results" / "s" / "r"
+    store.append_record(run, _record(env={"machine_key": "../../escaped"}))
+    assert cli.main(["baseline", "save", str(run), "--name", "main", "--results", str(tmp_path / "results")]) == 2
+    assert "invalid machine key '../../escaped'" in capsys.readouterr().err
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "results" / "baselines").exists()

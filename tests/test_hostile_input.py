@@ -392,7 +392,7 @@ def test_more_ranks_than_the_machine_has_gpus_are_refused_before_any_point(monke
     "\n".join([f"  l0: &l0 [{', '.join(['x'] * 10)}]"]
               + [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 9)]),  # 10^9 values
     "  me: &me {again: *me}",  # an alias cycle: endless
-])
+], ids=["nested", "cycle"])
 def test_an_alias_bomb_is_refused_before_it_expands(tmp_path, bomb):
     path = write_suite(tmp_path / "s.yaml", BOUNDED.format(extra="description: bomb\nsweep:\n" + bomb))
     assert path.stat().st_size < 1000

@@ -47,9 +47,11 @@ def _check_readable(baseline: Path) -> None:
             raise ValueError(f"{path}:{n}: {got}: an unreadable baseline")
 
 
-def _check_name(name: str) -> None:
-    if not name or name in (".", "..") or "/" in name or "\\" in name:
-        raise ValueError(f"invalid baseline name {name!r}: use a plain name such as 'main'")
+def _check_name(name: str, what: str = "baseline name") -> None:
+    """One path component: a baseline's name, and its machine key, which comes from the records
+    (a record saying ``"machine_key": "../../x"`` must not place a baseline outside the root)."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise ValueError(f"invalid {what} {name!r}: use a plain name such as 'main'")
 
 
 def save_baseline(run_dirs: str | Path | list[str | Path], name: str, results_root: str | Path = "results", *,
@@ -65,7 +67,9 @@ def save_baseline(run_dirs: str | Path | list[str | Path], name: str, results_ro
     keys = {machine_key or run_machine_key(run) for run in runs}
     if len(keys) != 1:
         raise ValueError(f"runs of several machines cannot make one baseline: {sorted(keys)}")
-    target = Path(results_root) / BASELINES_DIR / keys.pop() / name
+    key = keys.pop()
+    _check_name(key, "machine key")
+    target = Path(results_root) / BASELINES_DIR / key / name
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     with open(staging / RECORDS, "wb") as out:
@@ -95,6 +99,7 @@ def find_baseline(results_root: str | Path, machine_key: str, *, name: str | Non
                   suite: str | None = None) -> Path | None:
     """The baseline for this machine key: the one called ``name``, else the newest holding ``suite``
     (any suite when None). None when there is none: the caller should say so, not fail silently."""
+    _check_name(machine_key, "machine key")
     if name is not None:
         _check_name(name)
         candidate = Path(results_root) / BASELINES_DIR / machine_key / name

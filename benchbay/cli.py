@@ -46,7 +46,7 @@ Bad input is said in one line; set BENCHBAY_TRACEBACK=1 for the traceback behind
 _STATUS_STYLE = {Status.OK: "green", Status.SKIPPED: "dim", "": ""}
 _NUMBER = re.compile(r"^[-+]?[\d.]+(e[-+]?\d+)?[x%]?$")
 #: what bad input raises (an unknown run, suite, metric or file; a malformed value): one line, exit 2
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError)
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError)
 #: the MFU denominator (TFLOP/s) for every point, e.g. for fp32 points or a device benchbay does not list
 PEAK_ENV_VAR = "BENCHBAY_PEAK_TFLOPS"
 
@@ -139,8 +139,10 @@ def cmd_run(args) -> int:
 
     suite = _suite(args)
     resume = True if args.resume == "latest" else (args.resume or False)  # True: the latest run
+    if args.retry_failed and not resume:
+        raise ValueError("--retry-failed: with --resume (it measures again the failed points of a run)")
     runner = SuiteRunner(suite, args.results, resume=resume, launcher=_launcher(args, suite), labels=args.point,
-                         peak_flops=_peak_flops(), time_budget_s=args.time_budget)
+                         peak_flops=_peak_flops(), time_budget_s=args.time_budget, retry_failed=args.retry_failed)
     summary = runner.run_all()
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing new"
     console.print(f"results: {summary.run} ({counts})")
@@ -236,8 +238,10 @@ def cmd_show(args) -> int:
         sweep_table,
     )
     from benchbay.report import display
-    from benchbay.store import export, find_runs, load_runs
+    from benchbay.store import export, find_runs, load_runs, writable_file
 
+    if args.export:  # before the tables: a bad path fails at once
+        writable_file(args.export, "--export")
     found = find_runs(args.runs, args.results)
     df = load_runs(found)
     for suite, points in point_summary(df, _peak_flops(), _price(args, found)).groupby("suite", sort=False):
@@ -339,8 +343,10 @@ def cmd_gate(args) -> int:
     from benchbay.analysis.diff_pointer import diff_pointers, format_pointers
     from benchbay.analysis.gate import format_no_baseline, gate
     from benchbay.baselines import run_machine_key
-    from benchbay.store import load_runs, read_manifest
+    from benchbay.store import load_runs, read_manifest, writable_file
 
+    if args.markdown:  # before the gate: its verdict must not be lost to a bad path after it
+        writable_file(args.markdown, "--markdown")
     run = _one_run(args.candidate, args.results)
     manifest = read_manifest(run)
     baseline = _baseline(run, args.baseline, args.results)
@@ -358,7 +364,6 @@ def cmd_gate(args) -> int:
         exit_code = result.exit_code
     print(text)
     if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(text + "\n")
     return exit_code
 
@@ -465,6 +470,9 @@ def _suite_commands(sub) -> None:
     _results_argument(p)
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_ID",
                    help="continue a run (the latest on this machine, or RUN_ID), skipping measured points")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="with --resume: measure again the points that ended in error, crash, timeout, diverged or "
+                   "oom (outside a batch search); the new record stands for the point")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="start no point once less time is left than the longest point so far took (exit code "
@@ -593,6 +601,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # a suite's module:Class in the working directory imports, as under `python -m benchbay` (the
+    # installed script put only its own folder first); last, so that no file there shadows a package
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

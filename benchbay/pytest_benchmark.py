@@ -66,6 +66,22 @@ def _env(machine_info: dict[str, Any], commit_info: dict[str, Any]) -> dict[str,
     }
 
 
+#: the figures of a benchmark's stats that its record is made of
+_STATS = ("median", "mean", "stddev", "rounds")
+
+
+def _check_benchmark(bench: Any, where: str) -> None:
+    if not isinstance(bench, dict) or not isinstance(bench.get("name"), str):
+        raise ValueError(f"{where}: expected a benchmark with a name")
+    stats = bench.get("stats")
+    if not isinstance(stats, dict):
+        raise ValueError(f"{where} ({bench['name']}): no 'stats' mapping (a pytest-benchmark JSON file has one "
+                         "per benchmark)")
+    missing = [k for k in _STATS if not isinstance(stats.get(k), (int, float)) or isinstance(stats.get(k), bool)]
+    if missing:
+        raise ValueError(f"{where} ({bench['name']}): stats lack the numbers {', '.join(missing)}")
+
+
 def _record(bench: dict[str, Any], suite: str, run_id: str, env: dict[str, Any], started_at: str) -> Record:
     stats = dict(bench["stats"])
     data = [float(x) for x in stats.pop("data", None) or []]
@@ -107,8 +123,10 @@ def import_pytest_benchmark(json_path: str | Path, results_root: str | Path = "r
         doc = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{json_path}: not a JSON file ({exc})") from None
-    if not isinstance(doc, dict) or "benchmarks" not in doc:
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise ValueError(f"{json_path}: not a pytest-benchmark JSON file (no 'benchmarks' list)")
+    for i, bench in enumerate(doc["benchmarks"]):  # all checked before anything is written
+        _check_benchmark(bench, f"{json_path}: benchmarks[{i}]")
     started_at = doc.get("datetime") or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     if run_id is None:
         stamp = dt.datetime.fromisoformat(started_at).strftime("%Y%m%d-%H%M%S")

@@ -81,8 +81,9 @@ class SuiteRunner:
 
     def __init__(self, suite: Suite, results_root: str | Path = "results", console: Console | None = None,
                  resume: str | bool = False, launcher: Launcher | None = None, labels: list[str] | None = None,
-                 peak_flops: float | None = None, time_budget_s: float | None = None):
+                 peak_flops: float | None = None, time_budget_s: float | None = None, retry_failed: bool = False):
         self.suite = suite
+        self.retry_failed = retry_failed  # resumed: measure again the points whose records failed
         self.time_budget_s = time_budget_s
         self.labels = list(labels or [])
         if self.labels:
@@ -170,7 +171,9 @@ class SuiteRunner:
             # measured twice is known by its first record, the one its memory snapshots name
             for r in store.read_records(self.run):
                 if r["env"].get("machine_key") == self.env["machine_key"]:
-                    self.stored.setdefault((store.as_measured_today(r)["point_id"], r.get("repeat", 0)), r)
+                    store.keep(self.stored, (store.as_measured_today(r)["point_id"], r.get("repeat", 0)), r)
+            if self.retry_failed:
+                self.stored = {k: r for k, r in self.stored.items() if not Record.from_json(r).failed}
             return self._sweep()
 
     def _sweep(self) -> RunSummary:

@@ -170,7 +170,11 @@ def find_runs(paths: Iterable[str | Path], root: str | Path = "results") -> list
             if not matches:
                 raise FileNotFoundError(f"no run, suite folder or records file called {item!r} (looked under {root})"
                                         + _did_you_mean(str(item), root))
-            path = matches[-1]
+            if len(matches) > 1:  # a pattern ('*'): picking one of them silently showed an arbitrary run
+                named = ", ".join(str(m.relative_to(root)) for m in matches[:5]) + (", ..." if len(matches) > 5 else "")
+                raise ValueError(f"{item!r} matches {len(matches)} runs under {root} ({named}): name one run, or a "
+                                 "suite for all its runs")
+            path = matches[0]
         if (path / RECORDS).exists():
             runs.append(path)
         else:
@@ -236,25 +240,41 @@ def load_runs(paths: Iterable[str | Path], root: str | Path = "results") -> pd.D
     with today's defaults, the runner's rule) and with its run's ``run_state`` (complete, interrupted,
     running): a report of an interrupted run must say that its search or sweep is unfinished. A point a run measured
     twice on one machine (a resume that did not know it) is shown by its first record, the one
-    the runner keeps."""
+    the runner keeps, unless that one failed and a later one is its retry (``--retry-failed``)."""
     from benchbay.analysis.frame import records_to_frame
 
     stored = [{**r, "run_state": read_manifest(run).get("state")} for run in find_runs(paths, root)
               for r in read_records(run)]
-    records, seen = [], set()
+    kept: dict[tuple, dict[str, Any]] = {}
     for r in stored:
         # every record: a knob that none of the records has (added since) still names the configuration
         r = as_measured_today(r)
         key = (r.get("run_id"), r.get("point_id"), r.get("repeat"), (r.get("env") or {}).get("machine_key"))
-        if key not in seen:
-            seen.add(key)
-            records.append(r)
-    return records_to_frame(records)
+        keep(kept, key, r)
+    return records_to_frame(list(kept.values()))
+
+
+def keep(kept: dict[Any, dict[str, Any]], key: Any, record: dict[str, Any]) -> None:
+    """The record that stands for a point measured more than once in a run: the first, or the
+    retry of a first that failed."""
+    if key not in kept or Record.from_json(kept[key]).failed:
+        kept[key] = record
+
+
+def writable_file(path: str | Path, what: str) -> Path:
+    """A file benchbay is asked to write (``--export``, ``--markdown``): its folder must exist
+    already; a typo must not create folders anywhere the user can write."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"{what} {path}: no folder {path.parent} (create it first)")
+    if path.is_dir():
+        raise IsADirectoryError(f"{what} {path}: a folder, not a file")
+    return path
 
 
 def export(df: pd.DataFrame, path: str | Path) -> Path:
     """Parquet or CSV by the file's suffix (list columns are kept in Parquet, JSON text in CSV)."""
-    path = Path(path)
+    path = writable_file(path, "--export")
     if path.suffix == ".parquet":
         df.to_parquet(path)
     elif path.suffix == ".csv":

@@ -5,6 +5,7 @@ Validation collects every problem (file, key path, what was expected) before any
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,20 @@ _Loader.yaml_implicit_resolvers = {
 }
 _Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
                               list("tTfF"))
+
+
+#: the largest expanded suite document, in YAML nodes: nested aliases expand exponentially (a
+#: 564-byte suite of them wrote a 1.8 GB manifest), while the largest real suite has a few hundred
+MAX_NODES = 100_000
+#: sane ranges of a suite's numbers: past them a typo (or a hostile file) would grow the process
+#: without end (repeats: 1e9 reached 7.3 GB) or start more processes than any host holds
+MAX_REPEATS = 1000
+MAX_STEPS = 100_000
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_NPROC = 256  # processes on one node
+MAX_NNODES = 4096
+MAX_SEARCH = 1 << 20
+MAX_POINTS = 10_000  # points x grid x zip: a few grid axes of a few dozen values pass it
 
 
 def parse_scalar(text: str) -> Any:
@@ -186,13 +201,19 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Suite
     """Read, override (``key.path=value``) and validate a suite file; raises SuiteError."""
     path = Path(path)
     try:
-        raw = yaml.load(path.read_text(), Loader=_Loader)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
     except FileNotFoundError:
         raise SuiteError([Problem(str(path), "<file>", "the file does not exist")]) from None
-    except yaml.YAMLError as exc:
-        raise SuiteError([Problem(str(path), "<file>", f"valid YAML ({exc})")]) from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        # one line naming the file and the line (YAML's own message names "<unicode string>")
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<file>"
+        raise SuiteError([Problem(str(path), where, f"valid YAML ({getattr(exc, 'problem', None) or exc})")]) from None
     if not isinstance(raw, dict):
         raise SuiteError([Problem(str(path), "<top level>", "a mapping of suite keys")])
+    if _larger_than(raw, MAX_NODES):
+        raise SuiteError([Problem(str(path), "<file>", f"at most {MAX_NODES} values once its aliases are "
+                                  "expanded (nested aliases expand exponentially)")])
     for item in overrides:
         _apply_override(raw, item, str(path))
     return from_dict(raw, str(path))
@@ -208,7 +229,28 @@ def _apply_override(raw: dict[str, Any], item: str, file: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise SuiteError([Problem(file, f"--set {key}", f"{part!r} to be a mapping")])
-    node[last] = parse_scalar(value)
+    try:
+        node[last] = parse_scalar(value)
+    except yaml.YAMLError as exc:
+        why = getattr(exc, "problem", None) or exc
+        raise SuiteError([Problem(file, f"--set {key}", f"a YAML value, got {value!r} ({why})")]) from None
+
+
+def _larger_than(raw: Any, limit: int) -> bool:
+    """Whether the document, its aliases expanded, has more than ``limit`` values. The walk stops
+    at the limit, so an alias bomb (or an alias cycle) costs no more than a document of that size."""
+    stack, seen = [raw], 0
+    while stack:
+        seen += 1
+        if seen > limit:
+            return True
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 #: where a point's compiled graphs are cached: "point", cold for each point (its first step is its
@@ -242,11 +284,14 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
     lengths = {len(x) for x in zipped.values() if isinstance(x, list)}
     if len(lengths) > 1:
         v.error("sweep.zip", f"lists of equal length (got lengths {sorted(lengths)})")
+    count = max(len(points), 1) * math.prod(len(x) for x in grid.values() if isinstance(x, list)) * max(lengths or {1})
+    if count > MAX_POINTS:
+        v.error("sweep", f"at most {MAX_POINTS} points (points x grid x zip), got {count}")
     search = v.search(sweep.get("search"), cls)
     steps = v.steps(raw.get("steps", {}))
     devices = v.devices(raw.get("devices", {}))
-    repeats = v.positive(raw, "repeats", int, 1)
-    timeout = v.positive(raw, "timeout", (int, float), 600)
+    repeats = v.positive(raw, "repeats", int, 1, MAX_REPEATS)
+    timeout = v.positive(raw, "timeout", (int, float), 600, MAX_TIMEOUT_S)
     price = v.positive(raw, "price_per_gpu_hour", (int, float), None)
     compile_cache = raw.get("compile_cache", "point")
     if compile_cache not in COMPILE_CACHES:
@@ -271,8 +316,8 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
     for key, value in tolerance.items():
         if key not in ("rtol", "atol"):
             v.error(f"equivalent_tolerance.{key}", "rtol or atol")
-        elif not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            v.error(f"equivalent_tolerance.{key}", f"a number >= 0, got {value!r}")
+        elif not _number(value) or value < 0:
+            v.error(f"equivalent_tolerance.{key}", f"a finite number >= 0, got {value!r}")
     v.raise_if_any()
     suite = Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
                   params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,
@@ -308,12 +353,13 @@ class _Validator:
             return None
         return value
 
-    def positive(self, node: dict, key: str, kind, default):
+    def positive(self, node: dict, key: str, kind, default, most: float = math.inf):
+        """A number in (0, most]; NaN and infinity are refused (a timeout of .inf overflowed every point)."""
         value = self.typed(node, key, kind)
         if value is None:
             return default
-        if value <= 0:
-            self.error(key, f"a positive number, got {value!r}")
+        if not 0 < value <= most or not math.isfinite(value):
+            self.error(key, f"a finite number > 0{'' if most == math.inf else f' and <= {most:g}'}, got {value!r}")
             return default
         return value
 
@@ -343,6 +389,9 @@ class _Validator:
         if not isinstance(node, dict):
             self.error(where, "a workload name or a mapping with name and params")
             return "", {}, None
+        for key in node:  # a misspelt params (parms:) was dropped, and the point ran on defaults
+            if key not in ("name", "params"):
+                self.error(f"{where}.{key}", "name or params")
         name = self.typed(node, "name", str, required=True, prefix=f"{where}.")
         params = self.mapping(node, "params", prefix=f"{where}.")
         if name is None:
@@ -402,6 +451,9 @@ class _Validator:
                            f"sweep.points[{i}]")
             if "label" in point and not isinstance(point["label"], str):
                 self.error(f"sweep.points[{i}].label", "a string")
+            elif "label" in point and any(p.get("label") == point["label"] for p in points[:i]):
+                # a label names one point in --point, breakdown, equivalent and the reports
+                self.error(f"sweep.points[{i}].label", f"a label no other point has, got {point['label']!r} again")
         classes = [c for c in classes if c is not None]
         for key, value in knobs.items():
             if cls is not None:
@@ -447,10 +499,12 @@ class _Validator:
                 self.error(f"steps.{key}", "one of warmup, measure, steady, max_measure_s")
         warmup = node.get("warmup", Steps.warmup)
         measure = node.get("measure", Steps.measure)
-        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-            self.error("steps.warmup", f"an integer >= 0, got {warmup!r}")
-        if not isinstance(measure, int) or isinstance(measure, bool) or measure < 1:
-            self.error("steps.measure", f"an integer >= 1, got {measure!r}")
+        if not _integer(warmup) or not 0 <= warmup <= MAX_STEPS:
+            self.error("steps.warmup", f"an integer from 0 to {MAX_STEPS}, got {warmup!r}")
+            warmup = Steps.warmup
+        if not _integer(measure) or not 1 <= measure <= MAX_STEPS:
+            self.error("steps.measure", f"an integer from 1 to {MAX_STEPS}, got {measure!r}")
+            measure = Steps.measure
         steady = node.get("steady", "all")
         if isinstance(steady, list) and len(steady) == 2 and all(isinstance(x, int) for x in steady):
             steady = tuple(steady)
@@ -458,13 +512,12 @@ class _Validator:
             self.error("steps.steady", f"'all', 'auto' or [first, end) step indices, got {steady!r}")
             steady = "all"
         budget = node.get("max_measure_s")
-        if budget is not None and (not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0):
+        if budget is not None and (not _number(budget) or budget <= 0):
             self.error("steps.max_measure_s", f"a number of seconds > 0, got {budget!r}")
             budget = None
         if budget is not None and isinstance(steady, tuple):
             self.error("steps.max_measure_s", "steady: all or auto (a budget can end the steps before a fixed window)")
-        out = Steps(warmup if isinstance(warmup, int) else 3, measure if isinstance(measure, int) else 10, steady,
-                    None if budget is None else float(budget))
+        out = Steps(warmup, measure, steady, None if budget is None else float(budget))
         if isinstance(steady, tuple) and not 0 <= steady[0] < steady[1] <= out.warmup + out.measure:
             self.error("steps.steady", f"0 <= first < end <= warmup + measure ({out.warmup + out.measure}), "
                        f"got {list(steady)}")
@@ -482,13 +535,14 @@ class _Validator:
         if kind not in ("auto", "cpu", "cuda"):
             self.error("devices.type", f"one of ['auto', 'cpu', 'cuda'], got {kind!r}")
         ints = {}
-        for key in ("nproc", "nnodes", "node_rank"):
+        for key, lo, hi in (("nproc", 1, MAX_NPROC), ("nnodes", 1, MAX_NNODES), ("node_rank", 0, MAX_NNODES - 1)):
             value = node.get(key, getattr(Devices, key))
-            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "node_rank" else 1):
-                self.error(f"devices.{key}", f"a {'non-negative' if key == 'node_rank' else 'positive'} integer, "
-                           f"got {value!r}")
+            if not _integer(value) or not lo <= value <= hi:
+                self.error(f"devices.{key}", f"an integer from {lo} to {hi}, got {value!r}")
                 value = getattr(Devices, key)
             ints[key] = value
+        if ints["node_rank"] >= ints["nnodes"]:
+            self.error("devices.node_rank", f"below nnodes ({ints['nnodes']}), got {ints['node_rank']}")
         endpoint = self.typed(node, "rdzv_endpoint", str, prefix="devices.") or Devices.rdzv_endpoint
         torchrun = self.typed(node, "torchrun", bool, prefix="devices.") or False
         return Devices(kind, rdzv_endpoint=endpoint, torchrun=torchrun, **ints)
@@ -507,21 +561,29 @@ class _Validator:
         if cls is not None and knob not in knob_table.specs_for(cls):
             self.error("sweep.search.knob", f"a known knob of {cls.name}")
         lo, hi = node.get("min", 1), node.get("max", 256)
-        if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
-            self.error("sweep.search", f"integers 1 <= min <= max, got min={lo!r} max={hi!r}")
+        if not (_integer(lo) and _integer(hi) and 1 <= lo <= hi <= MAX_SEARCH):  # true is no integer here
+            self.error("sweep.search", f"integers 1 <= min <= max <= {MAX_SEARCH}, got min={lo!r} max={hi!r}")
             return None
         step = node.get("step", 1)
-        if not isinstance(step, int) or isinstance(step, bool) or step < 1 or lo % step or hi % step:
+        if not _integer(step) or step < 1 or lo % step or hi % step:
             self.error("sweep.search.step", f"a positive integer dividing min and max, got {step!r}")
             step = 1
         headroom = node.get("headroom_gib")
-        if headroom is not None and not isinstance(headroom, (int, float)):
-            self.error("sweep.search.headroom_gib", f"a number of GiB, got {headroom!r}")
+        if headroom is not None and not _number(headroom):
+            self.error("sweep.search.headroom_gib", f"a finite number of GiB, got {headroom!r}")
             headroom = None
         snapshots = node.get("memory_snapshots", True)
         if not isinstance(snapshots, bool):
             self.error("sweep.search.memory_snapshots", f"true or false, got {snapshots!r}")
         return Search(knob, lo, hi, headroom, bool(node.get("zero_retries", False)), step, bool(snapshots))
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # YAML's true is an int to Python
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _kind_name(kind) -> str:

@@ -341,3 +341,237 @@ def test_a_second_process_on_a_run_says_who_holds_it_and_measures_nothing(tmp_pa
     assert code == 2 and second.launched == []
     assert f"{first.run} is in use by another benchbay process (pid {os.getpid()})" in capsys.readouterr().err
     assert sorted(r["knobs"]["mbs"] for r in store.read_records(first.run)) == [1, 2, 3, 4]
+
+
+# ---- bounds -------------------------------------------------------------------------------------
+
+BOUNDED = """
+name: s
+workload: {{name: tests.fixtures.tinywork:Tiny}}
+knobs: {{precision: fp32}}
+{extra}
+"""
+
+
+@pytest.mark.parametrize("extra, where", [
+    ("repeats: 1000000000", "repeats: a finite number > 0 and <= 1000"),
+    ("timeout: .inf", "timeout: a finite number > 0"),
+    ("timeout: .nan", "timeout: a finite number > 0"),
+    ("timeout: 1.0e+9", "timeout: a finite number > 0 and <= 604800"),
+    ("price_per_gpu_hour: .inf", "price_per_gpu_hour: a finite number > 0"),
+    ("devices: {nproc: 100000}", "devices.nproc: an integer from 1 to 256"),
+    ("devices: {nnodes: 2, node_rank: 2}", "devices.node_rank: below nnodes"),
+    ("steps: {measure: 1000000000}", "steps.measure: an integer from 1 to 100000"),
+    ("equivalent_tolerance: {rtol: .nan}", "equivalent_tolerance.rtol: a finite number"),
+    ("sweep: {grid: {mbs: [" + ", ".join(map(str, range(1, 201))) + "], seed: [" + ", ".join(map(str, range(100)))
+     + "]}}", "sweep: at most 10000 points"),
+    ("sweep: {search: {min: true, max: 8}}", "sweep.search: integers 1 <= min"),
+    ("sweep: {search: {max: 1000000000}}", "sweep.search: integers 1 <= min <= max <= 1048576"),
+])
+def test_numbers_out_of_a_sane_range_are_refused_at_validation(tmp_path, extra, where):
+    path = write_suite(tmp_path / "s.yaml", BOUNDED.format(extra=extra))
+    with pytest.raises(SuiteError, match=f"s.yaml: {where}"):
+        load(path)
+
+
+def test_more_ranks_than_the_machine_has_gpus_are_refused_before_any_point(monkeypatch):
+    import torch
+
+    from benchbay.launch.base import Launch
+    from benchbay.launch.local import LocalLauncher
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError, match="devices.nproc: at most the 2 GPU.s. of this machine, got 8"):
+        LocalLauncher(Launch(nproc=8)).device("auto")
+    assert LocalLauncher(Launch(nproc=2)).device("cuda") == "cuda"
+    assert LocalLauncher(Launch(nproc=4)).device("cpu") == "cpu"  # CPU ranks may share cores
+
+
+@pytest.mark.parametrize("bomb", [
+    "\n".join([f"  l0: &l0 [{', '.join(['x'] * 10)}]"]
+              + [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 9)]),  # 10^9 values
+    "  me: &me {again: *me}",  # an alias cycle: endless
+], ids=["nested", "cycle"])
+def test_an_alias_bomb_is_refused_before_it_expands(tmp_path, bomb):
+    path = write_suite(tmp_path / "s.yaml", BOUNDED.format(extra="description: bomb\nsweep:\n" + bomb))
+    assert path.stat().st_size < 1000
+    with pytest.raises(SuiteError, match="s.yaml: <file>: at most 100000 values once its aliases are expanded"):
+        load(path)
+
+
+# ---- the smaller ones ---------------------------------------------------------------------------
+
+def test_a_points_stack_dump_is_scheduled_from_the_parents_deadline(tmp_path, monkeypatch):
+    import json
+    import sys
+    import time
+
+    from benchbay.launch import process, worker
+    from benchbay.launch.base import Launch, PointSpec
+    from benchbay.suite import Steps
+
+    # the parent writes its deadline into the spec as it launches the point
+    monkeypatch.setattr(process, "command", lambda *args: [sys.executable, "-c", "pass"])
+    spec = PointSpec(workload="w", params={}, knobs={}, steps=Steps(), device="cpu", timeout=600)
+    before = time.time()
+    process.run_ranks(spec, tmp_path / "point", Launch())
+    written = json.loads((tmp_path / "point" / "spec.json").read_text())
+    assert before + 600 <= written["deadline"] <= time.time() + 600
+    # a worker whose imports took most of the timeout dumps before the parent's deadline, not its own
+    scheduled = []
+    monkeypatch.setattr(worker.faulthandler, "dump_traceback_later", lambda s, exit: scheduled.append(s))
+    monkeypatch.setattr(worker, "run", lambda spec: {"status": "ok", "world_size": 1, "rank": 0})
+    (tmp_path / "spec.json").write_text(json.dumps({**written, "deadline": time.time() + 20}))
+    assert worker.main([str(tmp_path / "spec.json"), str(tmp_path / "result.json")]) == 0
+    (delay,) = scheduled
+    assert 20 - worker.STACK_DUMP_LEAD_S - 2 < delay <= 20 - worker.STACK_DUMP_LEAD_S
+
+
+def test_a_python_memory_error_is_oom():
+    import torch
+
+    from benchbay.launch.worker import _failure
+    from benchbay.record import Status
+
+    failure = _failure(MemoryError(), 3, torch.device("cpu"))
+    assert failure["status"] == Status.OOM and failure["reason"] == "out of memory at step 3: MemoryError"
+
+
+def test_a_bad_root_with_decord_is_an_error_not_a_crash(tmp_path, monkeypatch):
+    from benchbay.decode.backends import BACKENDS
+    from benchbay.launch import worker
+    from benchbay.record import Status
+    from benchbay.suite import Steps
+
+    # on a GPU host the decode workload opens its root before the steps, to ask for its codecs
+    monkeypatch.setattr(BACKENDS["decord"], "unavailable_reason", classmethod(lambda cls, device="cpu": None))
+    monkeypatch.setattr(worker, "_init_distributed", lambda device_type: (0, 1, 0))
+    spec = {"workload": "decode", "params": {"root": str(tmp_path)}, "knobs": {"backend": "decord", "device": "cuda"},
+            "steps": vars(Steps()), "device": "cpu", "timeout": 60}
+    result = worker.run(spec)
+    assert result["status"] == Status.ERROR and "is not a LeRobot dataset" in result["reason"]
+
+
+class _FailsOnce(_InProcess):
+    """mbs 2 crashes the first time it runs."""
+
+    def run(self, spec, workdir):
+        from benchbay.launch.base import Outcome
+
+        if spec.knobs["mbs"] == 2 and 2 not in self.launched:
+            self.launched.append(2)
+            return Outcome(status="crash", reason="killed by SIGSEGV")
+        return super().run(spec, workdir)
+
+
+def test_retry_failed_measures_the_failed_points_of_a_resumed_run_again(tmp_path, monkeypatch, capsys):
+    from benchbay import cli, store
+
+    launcher = _FailsOnce()
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    run = ["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]
+    assert cli.main(run) == 1 and launcher.launched == [1, 2, 3, 4]
+    (folder,) = (tmp_path / "results" / "s").iterdir()
+    assert cli.main([*run, "--resume"]) == 1 and launcher.launched == [1, 2, 3, 4]  # plain resume: kept
+    assert cli.main([*run, "--resume", folder.name, "--retry-failed"]) == 0
+    assert launcher.launched == [1, 2, 3, 4, 2]
+    frame = store.load_runs([folder])  # the retry stands for the point
+    assert sorted(frame["status"]) == ["ok"] * 4 and len(store.read_records(folder)) == 5
+    assert cli.main([*run, "--retry-failed"]) == 2
+    assert "--retry-failed: with --resume" in capsys.readouterr().err
+
+
+def test_show_of_a_pattern_matching_several_runs_says_so(tmp_path, capsys):
+    from benchbay import cli, store
+
+    for suite in ("a", "b"):
+        store.append_record(tmp_path / suite / "r1", _record(run_id="r1"))
+    assert cli.main(["show", "*", "--results", str(tmp_path)]) == 2
+    assert "'*' matches 2 runs" in capsys.readouterr().err
+    assert cli.main(["show", "a", "b", "--results", str(tmp_path)]) == 0  # by suite: all their runs
+
+
+@pytest.mark.parametrize("sweep, where", [
+    ("{points: [{label: a}, {label: a, mbs: 2}]}", "sweep.points.1..label: a label no other point has"),
+    ("{points: [{label: a, workload: {name: 'tests.fixtures.tinywork:Tiny', parms: {width: 4}}}]}",
+     r"sweep.points.0..workload.parms: name or params"),
+])
+def test_duplicate_labels_and_unknown_workload_keys_are_refused(tmp_path, sweep, where):
+    path = write_suite(tmp_path / "s.yaml", BOUNDED.format(extra=f"sweep: {sweep}"))
+    with pytest.raises(SuiteError, match=where):
+        load(path)
+    path = write_suite(tmp_path / "t.yaml", BOUNDED.format(extra="").replace("Tiny}", "Tiny, parms: {width: 4}}"))
+    with pytest.raises(SuiteError, match="workload.parms: name or params"):
+        load(path)
+
+
+def test_import_of_a_benchmark_without_stats_is_a_clear_error(tmp_path, capsys):
+    import json
+
+    from benchbay import cli
+
+    doc = tmp_path / "bench.json"
+    doc.write_text(json.dumps({"benchmarks": [{"name": "test_x", "stats": {"median": 1, "mean": 1, "stddev": 0,
+                                                                          "rounds": 3}}, {"name": "test_y"}]}))
+    assert cli.main(["import-pytest-benchmark", str(doc), "--results", str(tmp_path / "results")]) == 2
+    assert "bench.json: benchmarks[1] (test_y): no 'stats' mapping" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()  # nothing half-imported
+
+
+def test_a_malformed_set_value_and_a_yaml_syntax_error_are_one_problem_naming_where(tmp_path, capsys):
+    from benchbay import cli
+
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    assert cli.main(["validate", str(path), "--set", "sweep.grid.mbs=[1,2"]) == 2
+    err = capsys.readouterr().err
+    assert "s.yaml: --set sweep.grid.mbs: a YAML value, got '[1,2'" in err and "Traceback" not in err
+    broken = write_suite(tmp_path / "broken.yaml", "name: s\nsweep: [\n")
+    with pytest.raises(SuiteError) as info:
+        load(broken)
+    assert str(info.value).splitlines()[1:] == [f"  {broken}: line 3, column 1: valid YAML (expected the node "
+                                                "content, but found '<stream end>')"]
+
+
+def test_export_and_markdown_to_a_missing_folder_are_errors_that_create_nothing(tmp_path, capsys):
+    from benchbay import cli, store
+
+    run = tmp_path / "s" / "r"
+    store.append_record(run, _record())
+    store.write_manifest(run, {"suite": "s", "state": "complete", "env": {"machine_key": "m"}})
+    missing = tmp_path / "no" / "such"
+    assert cli.main(["show", "s", "--results", str(tmp_path), "--export", str(missing / "x.csv")]) == 2
+    assert f"--export {missing / 'x.csv'}: no folder {missing}" in capsys.readouterr().err
+    assert cli.main(["gate", "r", "--results", str(tmp_path), "--markdown", str(missing / "g.md")]) == 2
+    assert f"--markdown {missing / 'g.md'}: no folder {missing}" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+    assert cli.main(["gate", "r", "--results", str(tmp_path), "--markdown", str(tmp_path / "g.md")]) == 0
+    assert "No baseline" in (tmp_path / "g.md").read_text()
+
+
+def test_a_workload_in_the_working_directory_is_found_as_under_python_m(tmp_path, monkeypatch):
+    import sys
+
+    from benchbay import cli
+
+    (tmp_path / "cwd_workload.py").write_text("from tests.fixtures.tinywork import Tiny\nclass Mine(Tiny):\n"
+                                              "    name = 'mine'\n")
+    path = write_suite(tmp_path / "s.yaml", BOUNDED.format(extra="").replace("tests.fixtures.tinywork:Tiny",
+                                                                             "cwd_workload:Mine"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])  # as the script's
+    try:
+        assert cli.main(["validate", str(path)]) == 0
+    finally:
+        sys.modules.pop("cwd_workload", None)
+
+
+def test_a_machine_key_a_record_names_never_places_a_baseline_outside_the_root(tmp_path, capsys):
+    from benchbay import cli, store
+
+    run = tmp_path / "results" / "s" / "r"
+    store.append_record(run, _record(env={"machine_key": "../../escaped"}))
+    assert cli.main(["baseline", "save", str(run), "--name", "main", "--results", str(tmp_path / "results")]) == 2
+    assert "invalid machine key '../../escaped'" in capsys.readouterr().err
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "results" / "baselines").exists()

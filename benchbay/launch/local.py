@@ -21,11 +21,16 @@ class LocalLauncher:
     launch: Launch = field(default_factory=Launch)
 
     def device(self, requested: str) -> DeviceType:
-        if requested != "auto":
-            return "cuda" if requested == "cuda" else "cpu"
+        """The device type points run on; ValueError when the suite asks for more GPUs than this
+        machine has (``validate`` cannot know: a suite may be checked on another host). CPU ranks
+        may share cores (a sharding test of 4 ranks on a laptop): the suite's range bounds them."""
         import torch
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cpu" if requested == "cpu" or requested == "auto" and not torch.cuda.is_available() else "cuda"
+        gpus = torch.cuda.device_count() if device == "cuda" else 0
+        if device == "cuda" and self.launch.nproc > max(gpus, 1):  # one rank per GPU
+            raise ValueError(f"devices.nproc: at most the {gpus} GPU(s) of this machine, got {self.launch.nproc}")
+        return device
 
     @contextmanager
     def scratch(self, run: Path) -> Iterator[Path]:

@@ -13,6 +13,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,8 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
     """This node's processes of the point, unmerged (a multi-node launcher merges all nodes')."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = workdir / "spec.json", workdir / "result.json", workdir / "worker.log"
-    spec_path.write_text(json.dumps(spec.to_json(), default=str))
+    # the deadline the worker dumps its stacks before: this process's clock, started at the launch
+    spec_path.write_text(json.dumps({**spec.to_json(), "deadline": time.time() + spec.timeout}, default=str))
     for old in workdir.glob("result*.json"):
         old.unlink()
     env = {k: v for k, v in os.environ.items() if k not in ALLOC_VARS}  # alloc=default means default

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 
 # imported before the steps: an import inside the warm-up stalls the step it lands in (pandas alone
@@ -137,10 +136,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.set_device(device)
     knobs = spec["knobs"]
     torch.manual_seed(knobs.get("seed", 0))
-    workload = registry.resolve(spec["workload"])(spec["params"], knobs, device)
     result: dict[str, Any] = {"status": Status.OK, "reason": None, "rank": rank, "world_size": world,
                               "metrics": {}, "series": {}, "extra": {}}
-    reason = workload.harness_skip_reason(world) or workload.skip_reason()
+    try:  # building and asking it may read the data (decode on cuda opens params.root): a failure is an error
+        workload = registry.resolve(spec["workload"])(spec["params"], knobs, device)
+        reason = workload.harness_skip_reason(world) or workload.skip_reason()
+    except Exception as exc:
+        return {**result, **_failure(exc, -1, device)}
     if reason:
         return {**result, "status": Status.SKIPPED, "reason": reason}
     needs_group = world > 1 or knobs.get("sharding", "none") != "none"
@@ -318,9 +320,11 @@ def _failure(exc: BaseException, step_index: int, device: torch.device, after_st
     if after_steps:  # the steps ran; summarising them (FLOPs, the workload's own figures) failed
         message = f"after the measured steps: {message}"
     tail = "".join(traceback.format_exception(exc))[-4000:]
-    if isinstance(exc, torch.OutOfMemoryError) or any(m in str(exc).lower() for m in OOM_MARKERS):
+    # Python's own MemoryError (host memory) too, which says nothing more than its name
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(m in str(exc).lower() for m in OOM_MARKERS):
         where = "while building" if step_index < 0 else f"at step {step_index}"
-        return {"status": Status.OOM, "reason": f"out of memory {where}: {str(exc).splitlines()[0][:300]}",
+        first = (str(exc) or type(exc).__name__).splitlines()[0]
+        return {"status": Status.OOM, "reason": f"out of memory {where}: {first[:300]}",
                 "metrics": {"oom_step": step_index, **memory.current(device)}, "traceback": tail}
     return {"status": Status.ERROR, "reason": message[:2000], "traceback": tail,
             "metrics": {"error_step": step_index}}
@@ -331,10 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         die_with_parent()
     spec_path, result_path = (argv or sys.argv[1:])[:2]
     spec = json.loads(Path(spec_path).read_text())
-    if spec.get("timeout"):  # a point about to time out says where it stands, in its log
-        # the timeout counts from the process's start: its imports (seconds on a busy host) included
-        age = time.time() - psutil.Process().create_time()
-        faulthandler.dump_traceback_later(max(spec["timeout"] - STACK_DUMP_LEAD_S - age, 1.0), exit=False)
+    if spec.get("deadline"):  # a point about to time out says where it stands, in its log
+        # from the parent's deadline, the clock that kills it: the imports (13-24 s on a busy host)
+        # and torchrun's own start came before this process could count anything
+        faulthandler.dump_traceback_later(max(spec["deadline"] - STACK_DUMP_LEAD_S - time.time(), 1.0), exit=False)
     started = time.time()
     result = run(spec)
     result["duration_s"] = time.time() - started

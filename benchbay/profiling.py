@@ -13,7 +13,7 @@ from rich.console import Console
 from benchbay import store
 from benchbay.launch.base import PointSpec
 from benchbay.runner import SuiteRunner
-from benchbay.suite import Point, Suite
+from benchbay.suite_model import Point, Suite
 
 #: suite keys about measured points, which a profile run's manifest leaves out
 MEASURED_ONLY = ("breakdown", "equivalent", "equivalent_tolerance", "gate")

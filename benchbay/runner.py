@@ -28,7 +28,7 @@ from benchbay.launch.local import LocalLauncher
 from benchbay.progress import SweepProgress, describe, warn_once
 from benchbay.record import Record, Status
 from benchbay.store import point_id
-from benchbay.suite import Point, Suite, excluded_by
+from benchbay.suite_model import Point, Suite, excluded_by
 from benchbay.workloads import registry
 from benchbay.workloads.base import TrainingWorkload
 

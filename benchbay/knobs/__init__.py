@@ -44,7 +44,8 @@ GENERIC: dict[str, Knob] = {
     "optimizer": Knob("adamw", "; ".join(f"{c.name}: {c.help}" for c in OPTIMIZERS.values()),
                       tuple(OPTIMIZERS)),
     "recompute": Knob("off", "activation checkpointing per block: full, selective (matmul and attention outputs "
-                      "kept) or attention (only the attention outputs kept)", ("off", "full", "selective", "attention")),
+                      "kept) or attention (only the attention outputs kept)",
+                      ("off", "full", "selective", "attention")),
     "recompute_impl": Knob("non_reentrant", "how a checkpointed block is replayed: non_reentrant (torch's "
                            "recommended) or reentrant (RLinf's default: CUDA-graphed regions inside work; full only)",
                            ("non_reentrant", "reentrant")),

@@ -35,7 +35,7 @@ from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
 from benchbay.launch.process import PHASE_MARK, die_with_parent
 from benchbay.record import Status
-from benchbay.suite import MIN_BUDGETED_STEPS
+from benchbay.suite_model import MIN_BUDGETED_STEPS
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
 

@@ -44,7 +44,8 @@ class DreamZero(DreamZeroDeclaration):
             return "attention=flex cannot train on CPU: FlexAttention has no backward there (forward only)"
         if self.knob("attention") == "flex" and self.knob("recompute") in ("selective", "attention") \
                 and self.knob("compile") == "off":
-            return (f"attention=flex with eager recompute={self.knob('recompute')} runs FlexAttention uncompiled (the checkpoint's "
+            return (f"attention=flex with eager recompute={self.knob('recompute')} runs FlexAttention uncompiled "
+                    "(the checkpoint's "
                     "dispatch mode turns torch.compile off there: the full score matrix is materialised); "
                     "use compile=blocks, which compiles the checkpoint with it")
         if (self.knob("cuda_graph") == "attention" and self.knob("recompute") != "off"

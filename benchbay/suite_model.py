@@ -1,0 +1,159 @@
+"""What a suite is, once read: its typed configs (steps, devices, batch search, the suite) and its
+expansion into sweep points. Reading and checking a suite file: benchbay.suite."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from benchbay import knobs as knob_table
+from benchbay.store import point_id
+from benchbay.workloads import registry
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    key: str
+    expected: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.key}: {self.expected}"
+
+
+class SuiteError(ValueError):
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("invalid suite:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class Steps:
+    warmup: int = 3
+    measure: int = 10
+    #: 'all' = every measured step; 'auto' = from where step times stop trending; [a, b) = step indices
+    steady: Literal["all", "auto"] | tuple[int, int] = "all"
+    #: stop measuring once the measured steps took this many seconds, after MIN_BUDGETED_STEPS of
+    #: them: a step that decoding slows to 40 s is measured over 3 steps, not 16
+    max_measure_s: float | None = None
+
+
+#: the fewest measured steps a time budget leaves: a median and a spread need a few
+MIN_BUDGETED_STEPS = 3
+
+
+@dataclass(frozen=True)
+class Devices:
+    type: Literal["auto", "cpu", "cuda"] = "auto"
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = "127.0.0.1:29400"
+    torchrun: bool = False  # launch a single process through torchrun too
+
+
+@dataclass(frozen=True)
+class Search:
+    """Largest feasible value of ``knob`` per configuration: doubling from min, then bisection."""
+
+    knob: str = "mbs"
+    min: int = 1
+    max: int = 256
+    headroom_gib: float | None = None  # also require peak reserved <= device memory - headroom
+    zero_retries: bool = False  # also require no allocator retries
+    step: int = 1  # probe multiples of step only (min and max are multiples too)
+    # on CUDA, re-run the edges with the allocator's history recorded: each costs a whole point
+    memory_snapshots: bool = True
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int
+    label: str | None
+    workload: str
+    params: dict[str, Any]
+    knobs: dict[str, Any]
+    point_id: str
+    excluded: str | None = None  # reason, when an exclude rule matched
+
+
+DEVICE_KEYS = {"cpu", "cuda"}
+#: workload params that name data on disk (the decode workload's LeRobot dataset): they must exist
+PATH_PARAMS = ("root",)
+
+
+def for_device(params: dict[str, Any], device: str) -> dict[str, Any]:
+    """A param given per device type ({cpu: tiny, cuda: real}) takes the value for ``device``."""
+    return {k: v[device] if isinstance(v, dict) and v and set(v) <= DEVICE_KEYS else v for k, v in params.items()}
+
+
+@dataclass
+class Suite:
+    name: str
+    workload: str
+    path: str = "<suite>"
+    description: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    knobs: dict[str, Any] = field(default_factory=dict)
+    points: list[dict[str, Any]] = field(default_factory=list)
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    zip: dict[str, list[Any]] = field(default_factory=dict)
+    exclude: list[dict[str, Any]] = field(default_factory=list)
+    search: Search | None = None
+    steps: Steps = Steps()
+    repeats: int = 1
+    timeout: float = 600.0
+    compile_cache: str = "point"  # COMPILE_CACHES
+    devices: Devices = Devices()
+    breakdown: list[str] = field(default_factory=list)
+    gate: list[str] = field(default_factory=list)
+    profile: list[str] = field(default_factory=list)  # labels of points to run under the profiler
+    price_per_gpu_hour: float | None = None  # the tables' cost per 1M samples (benchbay.analysis.cost)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def world_size(self) -> int:
+        return self.devices.nproc * self.devices.nnodes
+
+    def expand(self, device: str = "cpu") -> list[Point]:
+        """Every sweep point for a device type: explicit points x grid product x zipped axes,
+        excludes marked. A point may name its own workload (``workload: {name, params}``)."""
+        grid_keys = list(self.grid)
+        zip_rows = [dict(zip(self.zip, row, strict=True)) for row in zip(*self.zip.values(), strict=True)] \
+            if self.zip else [{}]
+        out: list[Point] = []
+        for explicit in self.points or [{}]:
+            explicit = dict(explicit)
+            label = explicit.pop("label", None)
+            workload, params = self.workload, self.params
+            if "workload" in explicit:
+                own = _workload_node(explicit.pop("workload"))
+                workload, params = own["name"], own.get("params", {})
+            params = for_device(params, device)
+            defaults = knob_table.defaults_for(registry.declaration(workload))
+            own_knobs = {k: v for k, v in self.knobs.items() if k in defaults}  # suite knobs it understands
+            for values in itertools.product(*(self.grid[k] for k in grid_keys)):
+                for zipped in zip_rows:
+                    varied = {**dict(zip(grid_keys, values, strict=True)), **zipped}
+                    knobs = {**defaults, **own_knobs, **explicit, **varied}
+                    full_label = label
+                    if label and varied:
+                        full_label = label + " " + " ".join(f"{k}={v}" for k, v in varied.items())
+                    out.append(Point(len(out), full_label, workload, params, knobs,
+                                     point_id(workload, params, knobs, self.world_size),
+                                     excluded_by(self.exclude, knobs)))
+        return out
+
+
+def _workload_node(node: str | dict[str, Any]) -> dict[str, Any]:
+    return {"name": node} if isinstance(node, str) else node
+
+
+def excluded_by(rules: list[dict[str, Any]], knobs: dict[str, Any]) -> str | None:
+    for i, rule in enumerate(rules):
+        if all(knobs.get(k) == v for k, v in rule.items()):
+            return f"excluded by sweep.exclude[{i}] {rule}"
+    return None
+
+

@@ -13,6 +13,22 @@ Each backend is driven two ways (``mode``):
 over torchcodec: its decoder cache, approximate seeking, ``get_frames_at`` and the timestamp check,
 with a sample's cameras decoded in parallel threads (``view_threads``, applied by the sample decoder).
 
+Upstream:
+- RLinf: ``DreamZeroLeRobotDataset._decode_video_frames_torchcodec`` in
+  RLinf/RLinf@a3816b596478:rlinf/data/datasets/dreamzero/lerobot_dataset.py
+- DreamZero: ``get_frames_by_timestamps`` (decord ``VideoReader.get_batch``) in
+  dreamzero0/dreamzero@ab790c198fbc:groot/vla/common/utils/misc/video_utils.py
+- Wall-X: ``LeRobotDataset(..., video_backend="pyav")`` in
+  X-Square-Robot/wall-x@17335bcc3dd8:wall_x/data/load_lerobot_dataset.py::load_lerobot_data
+- LeRobot: ``decode_video_frames_torchcodec``, ``VideoDecoderCache`` (``DEFAULT_DECODER_CACHE_SIZE`` 100,
+  ``seek_mode="approximate"``) and ``decode_video_frames_pyav`` in
+  huggingface/lerobot@d0af05771fd4:src/lerobot/datasets/video_utils.py; the per-camera threads in
+  huggingface/lerobot@d0af05771fd4:src/lerobot/datasets/dataset_reader.py::DatasetReader._query_videos;
+  ``tolerance_s=1e-4``: ``LeRobotDataset.__init__`` in
+  huggingface/lerobot@d0af05771fd4:src/lerobot/datasets/lerobot_dataset.py.
+  The tolerance check here rejects an offset equal to ``tolerance_s``, as lerobot did at this commit
+  (its comparison became ``<=`` in e081bbdebe77).
+
 Libraries are imported in ``open`` only: a point runs one backend in its own process, and some
 combinations crash when loaded together (decord2's FFmpeg before torchcodec's, on AV1).
 """

@@ -25,6 +25,12 @@ the seed, and any frame can be regenerated alone (``source_frame``) to check a d
 truth. How hard they are to compress, and so to decode (the decoder's work grows with the bits it
 reads), is set by the texture's fine ``grain`` and the per-frame ``noise``; ``VideoDataset.content``
 gives the resulting kB per frame and bits per pixel, which every decode record carries.
+
+Upstream layouts: v2.1's paths (``DEFAULT_PARQUET_PATH``, ``DEFAULT_VIDEO_PATH``, ``EPISODES_PATH``,
+``TASKS_PATH``) in huggingface/lerobot@d602e8169cba:src/lerobot/datasets/utils.py (the commit before
+v3.0's, f55c6e89f01a); v3.0's (``DEFAULT_DATA_PATH``, ``DEFAULT_VIDEO_PATH``, ``DEFAULT_EPISODES_PATH``,
+``DEFAULT_TASKS_PATH``) in huggingface/lerobot@d0af05771fd4:src/lerobot/datasets/utils.py; the join by stream copy in
+huggingface/lerobot@d0af05771fd4:src/lerobot/datasets/video_utils.py::concatenate_video_files.
 """
 
 from __future__ import annotations
@@ -105,6 +111,7 @@ class ClipSpec:
 
 PRESETS: dict[str, ClipSpec] = {
     # DROID as DreamZero reads it: 3 views (two exterior, one wrist), H.264 ultrafast CRF 23, 15 Hz
+    # (encode_video and convert_droid_dataset in dreamzero0/dreamzero@ab790c198fbc:scripts/data/convert_droid.py)
     "droid": ClipSpec(cameras=("observation.images.exterior_image_1_left", "observation.images.exterior_image_2_left",
                                "observation.images.wrist_image_left"),
                       codec="h264", height=180, width=320, fps=15, crf=23, preset="ultrafast", episode_frames=240),
@@ -113,6 +120,7 @@ PRESETS: dict[str, ClipSpec] = {
                        codec="av1", height=256, width=256, fps=10, crf=30, gop=2, episode_frames=150),
     # what current lerobot writes (configs/video.py, video_utils.py): v3.0 files of several episodes,
     # libsvtav1 with a keyframe every 2 frames, CRF 30, yuv420p; DROID's 3 views at 15 Hz
+    # (huggingface/lerobot@d0af05771fd4:src/lerobot/configs/video.py::VideoEncoderConfig)
     "lerobot": ClipSpec(cameras=("observation.images.exterior_image_1_left", "observation.images.exterior_image_2_left",
                                  "observation.images.wrist_image_left"),
                         codec="av1", height=180, width=320, fps=15, crf=30, gop=2, episode_frames=240,
@@ -309,13 +317,16 @@ def _write_v3(root: Path, spec: ClipSpec, seed: int, encoder: str) -> None:
     for feature in info["features"].values():  # v3.0 keeps each feature's fps
         feature["fps"] = spec.fps
     info.update(codebase_version="v3.0", data_path=DATA_PATH_V3, video_path=VIDEO_PATH_V3,
-                data_files_size_in_mb=100, video_files_size_in_mb=500)  # lerobot's defaults
+                data_files_size_in_mb=100, video_files_size_in_mb=500)  # lerobot's defaults as v3.0 came
+    # (DEFAULT_*_FILE_SIZE_IN_MB, huggingface/lerobot@f55c6e89f01a:src/lerobot/datasets/utils.py; video files
+    # are 200 MB since 18b32dced982)
     (root / "meta" / "info.json").write_text(json.dumps(info, indent=2))
 
 
 def join_videos(parts: list[Path], path: Path) -> None:
     """Concatenate same-settings videos by stream copy, each part's timestamps shifted to follow the
-    previous part's last frame (as lerobot joins episodes into a v3.0 file)."""
+    previous part's last frame (as lerobot joins episodes into a v3.0 file: concatenate_video_files in
+    huggingface/lerobot@d0af05771fd4:src/lerobot/datasets/video_utils.py)."""
     import av  # see pick_encoder
 
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,9 @@ class SampleDecoder:
     decode, close). Opens every file per sample, as the real loaders do, unless the backend's
     settings say ``keep_open`` or the backend keeps a ``decoder_cache`` of its own (LeRobot's): then
     an LRU of open decoders is reused. With the backend's ``view_threads`` the views are decoded in
-    parallel threads, one per camera (LeRobot's); each view's CPU is then its own thread's."""
+    parallel threads, one per camera (LeRobot's); each view's CPU is then its own thread's.
+    LeRobot's: ``VideoDecoderCache`` in huggingface/lerobot@d0af05771fd4:src/lerobot/datasets/video_utils.py,
+    the threads in ``DatasetReader._query_videos`` (src/lerobot/datasets/dataset_reader.py, same commit)."""
 
     def __init__(self, decoder: Backend):
         self.decoder = decoder

@@ -54,15 +54,25 @@ class Pattern(ABC):
 
 class DreamZeroClip(Pattern):
     """The frames one DreamZero-5B training sample takes from each view. Upstream
-    (groot/vla/data/dataset/lerobot_sharded.py, ShardedLeRobotSubLangSingleActionChunkDatasetDROID,
-    ``_uniform_sample_from_language_ranges``) draws a step, then takes chunks of 8 frames (offsets
-    0, 3, ..., 21) from anchors 24 frames apart: the step's own, then alternately one further back
-    and one further forward (while the task's language stays the same: one task here), each anchor
-    needing its 24-frame action chunk inside the episode, up to ``max_chunk_size`` chunks (4 in
-    scripts/train/droid_training_wan22.sh; the data config's 5 is overridden there), and adds the
-    frame 3 after the last (or drops the last chunk's 7 when that lies past the end): 8n+1 frames,
+    (dreamzero0/dreamzero@ab790c198fbc:groot/vla/data/dataset/lerobot_sharded.py,
+    ShardedLeRobotSubLangSingleActionChunkDatasetDROID, ``_uniform_sample_from_language_ranges``)
+    draws a step, then takes chunks of 8 frames (offsets 0, 3, ..., 21) from anchors 24 frames
+    apart: the step's own, then alternately one further back and one further forward (while the
+    task's language stays the same: one task here), each anchor needing its 24-frame action chunk
+    inside the episode, up to ``max_chunk_size`` chunks (4 in scripts/train/droid_training_wan22.sh;
+    the data config's 5 is overridden there), and adds the frame 3 after the last (or drops the last
+    chunk's 7 when that lies past the end): 8n+1 frames,
     33 = 9 latent frames for the 5B's Wan2.2 VAE. Upstream decodes whole episodes into a shard cache
-    and indexes it; this pattern decodes just those frames, as a per-step loader (RLinf's) does."""
+    and indexes it; this pattern decodes just those frames, as a per-step loader (RLinf's) does.
+
+    The script: dreamzero0/dreamzero@ab790c198fbc:scripts/train/droid_training_wan22.sh;
+    the data config's 5:
+    dreamzero0/dreamzero@ab790c198fbc:groot/vla/configs/data/dreamzero/droid_relative_wan22.yaml;
+    the shard cache: the same class's ``start_cache_shard`` / ``get_shard``, decoding with decord's
+    ``get_batch`` (``video_backend: decord``) through ``get_frames_by_timestamps`` in
+    dreamzero0/dreamzero@ab790c198fbc:groot/vla/common/utils/misc/video_utils.py;
+    RLinf's per-sample decode: ``DreamZeroLeRobotDataset._decode_video_frames_torchcodec`` in
+    RLinf/RLinf@a3816b596478:rlinf/data/datasets/dreamzero/lerobot_dataset.py."""
 
     name = "dreamzero"
     help = ("one DreamZero-5B training sample as upstream's groot/vla/data/dataset/lerobot_sharded.py "
@@ -75,7 +85,8 @@ class DreamZeroClip(Pattern):
     last_offset = 3  # the frame added after the last chunk
 
     def _indices(self, rng: np.random.Generator, length: int) -> tuple[int, ...]:
-        # upstream steps: 0 .. length - the largest delta index (24); a step whose chunks leave
+        # upstream steps (ShardedLeRobotMixtureDataset.__iter__, lerobot_sharded.py above):
+        # 0 .. length - the largest delta index (24); a step whose chunks leave
         # fewer than 9 frames yields no video there: draw another (step 0 always has 9 or more)
         if length <= self.anchor_stride:
             raise ValueError(f"episodes of {length} frames are shorter than the {self.anchor_stride + 1} "
@@ -127,6 +138,10 @@ class DreamZeroFullClip(DreamZeroClip):
 
 
 class CurrentFrame(Pattern):
+    """Wall-X's sample: ``LeRobotDataset`` with ``delta_timestamps`` for the action chunk only, so each
+    camera yields its current frame (``load_lerobot_data`` in
+    X-Square-Robot/wall-x@17335bcc3dd8:wall_x/data/load_lerobot_dataset.py)."""
+
     name = "wallx"
     help = "one random current frame from every camera (Wall-X through LeRobotDataset)"
 

@@ -6,7 +6,11 @@ ZeRO-2 splits the optimizer state over the ranks (``offload_shards``): each rank
 its 1/N share of the parameters and takes only that share's gradients; the other shares come
 back from the other ranks' all-gather. One process here stands for one such rank: it steps its
 share, the rest of the weights stay as they are. Under FSDP2 the same knob uses
-CPUOffloadPolicy instead (sharding.py)."""
+CPUOffloadPolicy instead (sharding.py).
+
+The baseline: ``DEEPSPEED_CFG`` (default ``zero2_offload``) in
+dreamzero0/dreamzero@ab790c198fbc:scripts/train/droid_training_full_finetune_wan22.sh and
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/configs/deepspeed/zero2_offload.json."""
 
 from __future__ import annotations
 

@@ -6,7 +6,12 @@ Selective keeps the outputs of matmuls and of every attention kernel (SDPA's, Fl
 varlen attention's, and compiled regions'), as torchtitan's save list does, and recomputes the
 cheap element-wise ops. Attention keeps only the attention kernels' outputs: where memory allows
 little more than full recompute (one token-sized tensor a block), the replay skips the attention,
-the costliest op of a long sequence, and recomputes the matmuls."""
+the costliest op of a long sequence, and recomputes the matmuls.
+
+RLinf's default: ``gradient_checkpointing_use_reentrant`` (True) in
+RLinf/RLinf@a3816b596478:rlinf/hybrid_engines/fsdp/fsdp_model_manager.py and its DreamZero configs
+(RLinf/RLinf@a3816b596478:examples/sft/config/libero_sft_dreamzero_5b.yaml), applied per block in
+RLinf/RLinf@a3816b596478:rlinf/models/embodiment/dreamzero/patch/wan_causal_model_forward_train.py."""
 
 from __future__ import annotations
 

@@ -5,7 +5,10 @@
 whole score matrix), so even a ``compile: off`` point compiles this one call.
 ``attention=blockwise``: the official launch pattern, one call per block (blockwise.py).
 ``cuda_graph=attention``: the core (blockwise: each of its four helpers) is its own
-``torch.compile(mode="reduce-overhead")`` region, as RLinf captures its attention helpers as CUDA graphs.
+``torch.compile(mode="reduce-overhead")`` region, as RLinf captures its attention helpers as CUDA graphs
+(RLinf/RLinf@a3816b596478:rlinf/models/embodiment/dreamzero/__init__.py::get_model; the helpers are
+``CausalWanSelfAttention``'s in
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan_video_dit_action_casual_chunk.py).
 """
 
 from __future__ import annotations

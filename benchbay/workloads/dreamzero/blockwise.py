@@ -10,6 +10,20 @@ output is made contiguous. At micro-batch 1 this launch pattern, not FLOPs, sets
 
 ``cuda_graph=attention`` compiles each helper with ``mode="reduce-overhead"``, as RLinf patches
 the four helpers: the loops become one CUDA graph each.
+
+Upstream:
+- dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan_video_dit_action_casual_chunk.py
+  (``CausalWanSelfAttention``: ``forward``'s teacher-forcing branch and its helpers
+  ``_process_clean_image_only``, ``_process_state_blocks``, ``_process_noisy_image_blocks``,
+  ``_process_noisy_action_blocks``; ``CausalWanModel.__init__`` turns ``max_chunk_size`` into
+  ``local_attn_size``)
+- dreamzero0/dreamzero@ab790c198fbc:scripts/train/droid_training_full_finetune_wan22.sh (``max_chunk_size=4``)
+- dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan2_1_attention.py::AttentionModule
+  (without flash-attn: ``scaled_dot_product_attention``, output made ``contiguous``)
+- RLinf/RLinf@a3816b596478:rlinf/models/embodiment/dreamzero/__init__.py::get_model (wraps the four helpers in
+  ``torch.compile(mode="reduce-overhead")``)
+- RLinf/RLinf@a3816b596478:rlinf/models/embodiment/dreamzero/dreamzero_policy.py::DreamZeroPolicy.sft_forward
+  (``torch.compiler.cudagraph_mark_step_begin()`` once a step)
 """
 
 from __future__ import annotations

@@ -3,6 +3,14 @@
 Real presets follow docs/architecture.md (DreamZero-5B on Wan2.2-TI2V-5B, DreamZero-14B on Wan2.1-I2V-14B);
 the tiny ones run the same code path at toy widths for CPU tests (still 33 frames -> 9 latent
 frames -> 4 blocks, 96 actions, 4 states, so the attention pattern keeps its real structure).
+
+Upstream: the training scripts' overrides (``num_frames=33``, ``num_frame_per_block=2``,
+``num_action_per_block=24``, ``num_state_per_block=1``, image resolution) in
+dreamzero0/dreamzero@ab790c198fbc:scripts/train/droid_training_full_finetune_wan22.sh (5B) and
+dreamzero0/dreamzero@ab790c198fbc:scripts/train/droid_training_full_finetune_wan21.sh (14B);
+``CausalWanModel.__init__``'s modules and RoPE tables in
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan_video_dit_action_casual_chunk.py.
+The Wan2.1/Wan2.2 widths come from the released checkpoints' configs, not from this repository.
 """
 
 from __future__ import annotations

@@ -39,5 +39,8 @@ class DreamZeroDeclaration(TrainingWorkload):
         "trim_prompts": Choice((False, True), "run umT5 over the longest prompt's tokens (48) instead of the "
                                "512 the prompts are padded to, zeros after: the same text condition, ~10x less "
                                "umT5 work (upstream encodes all 512)"),
+        # upstream pads to 512 (DefaultDataCollator's max_length) and encodes them all (WANPolicyHead.encode_prompt):
+        # dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/transform/dreamzero_cotrain.py
+        # dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/action_head/wan_flow_matching_action_tf.py
         **VIDEO_KNOBS,
     }

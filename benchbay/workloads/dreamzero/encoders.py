@@ -4,7 +4,20 @@ vision tower (``CLIPVisionModel``, penultimate hidden states: 257 x 1280 tokens)
 
 ``HostSyncEncoders`` (``host_syncs=official``) adds the official step's host synchronisations
 around them: an assert on the normalised video's range, and the prompt zeroing indexed by each
-prompt's length, read from the device one sample at a time."""
+prompt's length, read from the device one sample at a time.
+
+Upstream (the official networks, here replaced by their diffusers/transformers counterparts):
+- dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan_video_vae.py
+  (``WanVideoVAE``: Wan2.1, 14B; ``WanVideoVAE38``: Wan2.2, 5B; ``WanVideoVAE.encode`` encodes one video
+  at a time)
+- dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan_video_text_encoder.py::WanTextEncoder
+- dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan_video_image_encoder.py
+  (``WanImageEncoder.encode_image``: each sample resized on its own, then ``visual(..., use_31_block=True)``,
+  the penultimate block's states)
+- dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/action_head/wan_flow_matching_action_tf.py
+  (``WANPolicyHead``: ``preprocess_image``, ``encode_prompt`` with its per-sample zeroing, ``encode_video``,
+  ``encode_image`` with the second VAE encode of the first frame + zeros, and ``forward``'s range asserts
+  and 5B resize to ``target_video_height`` x ``target_video_width``)"""
 
 from __future__ import annotations
 

@@ -7,6 +7,15 @@ does the same arithmetic the way the official step does it, through the CPU: sch
 drawn on the CPU and copied over, and the scheduler's ``add_noise`` / ``training_weight`` looking
 sigmas and weights up from the timestep values on the CPU (``timestep.cpu()``, an argmin over the
 schedule, the result copied back): a host synchronisation each.
+
+Upstream:
+- dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/flow_match_scheduler.py::FlowMatchScheduler
+  (``set_timesteps``: the shifted sigmas and the training weights; ``add_noise`` and
+  ``training_weight``: the ``timestep.cpu()`` / argmin look-ups; ``training_target``: noise - x0)
+- dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/action_head/wan_flow_matching_action_tf.py
+  (``WANPolicyHead.__init__``: ``FlowMatchScheduler(shift=5, sigma_min=0.0, extra_one_step=True)``;
+  ``WANPolicyHead.forward``: ``torch.randint`` timestep ids on the CPU, shared within each block and
+  repeated for the block's actions, the weighted dynamics and action losses)
 """
 
 from __future__ import annotations

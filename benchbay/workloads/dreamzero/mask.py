@@ -11,6 +11,11 @@ Query -> keys it sees, as the official training code computes it (its training s
 
 The same function gives the FlexAttention BlockMask and the dense boolean mask of the SDPA path;
 ``attention=blockwise`` issues one call per block over exactly these keys (blockwise.py).
+
+Upstream: the four helpers of ``CausalWanSelfAttention`` (``_process_clean_image_only``,
+``_process_noisy_image_blocks``, ``_process_noisy_action_blocks``, ``_process_state_blocks``) in
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan_video_dit_action_casual_chunk.py;
+``max_chunk_size=4`` in dreamzero0/dreamzero@ab790c198fbc:scripts/train/droid_training_full_finetune_wan22.sh.
 """
 
 from __future__ import annotations

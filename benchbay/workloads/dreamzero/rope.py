@@ -7,6 +7,13 @@ positions). Dims rotate in adjacent pairs, as Wan's complex-number formulation d
 
 Two ways to apply it (the ``kernels`` knob): ``RealRope`` (float32 cos/sin, one rotation per
 tensor) and ``ComplexRope`` (the official complex128 rotation, per half of the sequence).
+
+Upstream: the tables in ``CausalWanModel.__init__`` (``freqs``, ``freqs_action``, ``freqs_state``) and
+``CausalWanModel._create_freqs``, and ``CausalWanSelfAttention.forward`` rotating the clean and the
+noisy half apart, in
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan_video_dit_action_casual_chunk.py;
+``rope_params`` and ``rope_action_apply_polar`` (``torch.view_as_complex`` over float64 pairs) in
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan2_1_submodule.py.
 """
 
 from __future__ import annotations

@@ -9,6 +9,13 @@ The element-wise work around the matmuls comes in two versions (``Kernels``, the
 knob): benchbay's fused one and the official one, written as the official code writes it
 (WanRMSNorm as separate kernels, RoPE in complex128 per half, every token's timestep embedded in
 float64, attention outputs made contiguous): the same function, more launches and bytes.
+
+Upstream: ``CausalWanModel`` (``__init__``, ``_forward_train``), ``CausalWanAttentionBlock``,
+``CausalHead``, ``MultiEmbodimentActionEncoder`` and ``CategorySpecificMLP`` in
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan_video_dit_action_casual_chunk.py;
+``WanRMSNorm``, ``WanLayerNorm``, ``WanI2VCrossAttention`` (the ``k_img``/``v_img`` branch), ``MLPProj``
+(``img_emb``) and ``sinusoidal_embedding_1d`` (float64) in
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/modules/wan2_1_submodule.py.
 """
 
 from __future__ import annotations

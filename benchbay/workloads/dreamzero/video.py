@@ -1,7 +1,15 @@
 """DreamZero's DROID sample as its loader hands it to the step (``data: video``): the three views'
 frames tiled into one canvas of twice the view's height and width, the wrist view across the top
 row and the two exterior views below it, each view resized (14B: first cropped to 95%) to fill its
-place. uint8 in, uint8 out: the step itself normalises and resizes the canvas as the official head does."""
+place. uint8 in, uint8 out: the step itself normalises and resizes the canvas as the official head does.
+
+Upstream: the tiling in ``DreamTransform._prepare_video`` of
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/transform/dreamzero_cotrain.py;
+the per-view ``VideoCrop`` (scale 0.95, random position, in the DROID transforms of both presets' data configs)
+and ``VideoResize`` in
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/configs/data/dreamzero/base_48_wan_fine_aug_relative.yaml;
+the view sizes: 176x320 in dreamzero0/dreamzero@ab790c198fbc:scripts/train/droid_training_full_finetune_wan21.sh (14B),
+160x320 in dreamzero0/dreamzero@ab790c198fbc:groot/vla/configs/data/dreamzero/droid_relative_wan22.yaml (5B)."""
 
 from __future__ import annotations
 

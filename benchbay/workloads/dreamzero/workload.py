@@ -8,6 +8,13 @@ The official step itself is these knobs together: ``attention=blockwise`` (its l
 ``host_syncs=official``, ``kernels=official``, ``encoders=per_sample``, ``duplicate_vae_encode=true``
 (with the harness's ``recompute=full``, ``compile=off``, ``precision=bf16``). Each of them is the
 same function computed another way, so one knob at a time shows what it costs.
+
+Upstream: ``WANPolicyHead.forward`` in
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/action_head/wan_flow_matching_action_tf.py;
+the optimizer (HF Trainer ``adamw_torch``, betas 0.95/0.999, eps 1e-8) in
+dreamzero0/dreamzero@ab790c198fbc:groot/vla/configs/conf.yaml;
+lr 1e-5, weight decay 1e-5, bf16 and DeepSpeed ``zero2_offload`` in
+dreamzero0/dreamzero@ab790c198fbc:scripts/train/droid_training_full_finetune_wan22.sh.
 """
 
 from __future__ import annotations
@@ -48,6 +55,9 @@ class DreamZero(DreamZeroDeclaration):
                     "(the checkpoint's "
                     "dispatch mode turns torch.compile off there: the full score matrix is materialised); "
                     "use compile=blocks, which compiles the checkpoint with it")
+        # RLinf checkpoints reentrantly (gradient_checkpointing_use_reentrant: True in
+        # RLinf/RLinf@a3816b596478:examples/sft/config/libero_sft_dreamzero_5b.yaml, applied by
+        # RLinf/RLinf@a3816b596478:rlinf/models/embodiment/dreamzero/patch/wan_causal_model_forward_train.py)
         if (self.knob("cuda_graph") == "attention" and self.knob("recompute") != "off"
                 and self.knob("recompute_impl") == "non_reentrant"):
             return ("cuda_graph=attention inside non-reentrant activation checkpointing fails ('graph recording "

@@ -6,6 +6,10 @@ containing "flash" takes the one-call varlen path instead. ``VARLEN_FLASH`` regi
 calls PyTorch's bundled FlashAttention-2 (``torch.nn.attention.varlen.varlen_attn``, PyTorch >= 2.10),
 so the flash-attn package is not needed. transformers rejects unregistered flash names, and flex for
 Qwen2.5-VL, when a model is built, so ``set_implementations`` sets them on the configs afterwards.
+
+Upstream Wall-X trains its own copy of the model code, whose vision tower picks sdpa (one call, a
+block-diagonal mask over the windows) or flash_attention_2 (``QWEN2_5_VL_VISION_ATTENTION_CLASSES``) in
+X-Square-Robot/wall-x@17335bcc3dd8:wall_x/model/qwen2_5_based/modeling_qwen2_5_vl.py.
 """
 
 from __future__ import annotations

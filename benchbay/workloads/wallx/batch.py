@@ -6,6 +6,9 @@ the text token ids and labels, a proprioception vector and an action chunk padde
 with their dof masks. The vision tower's packing metadata (window order, cu_seqlens, rotary
 positions) depends only on the image grid and the micro-batch: it is computed once per micro-batch
 size with transformers' own helpers and passed in, so the tower never derives it on the host.
+
+Upstream: ``DataCollator.__call__`` in X-Square-Robot/wall-x@17335bcc3dd8:wall_x/data/load_lerobot_dataset.py
+(proprioception and its mask padded to 20 dimensions, the dof masks, ``moe_token_types``).
 """
 
 from __future__ import annotations

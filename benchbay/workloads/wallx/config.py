@@ -1,5 +1,12 @@
 """Wall-X presets: the Qwen2.5-VL backbone's dimensions, the action expert's width and the shape of
-one LIBERO-like sample (cameras, prompt lengths, action and state widths)."""
+one LIBERO-like sample (cameras, prompt lengths, action and state widths).
+
+Upstream: ``Qwen2_5_VLConfig`` (``num_experts``, ``experts``, ``mlp_moe``) in
+X-Square-Robot/wall-x@17335bcc3dd8:wall_x/model/qwen2_5_based/configuration_qwen2_5_vl.py;
+the 20-wide padding in ``DataCollator.__call__`` of
+X-Square-Robot/wall-x@17335bcc3dd8:wall_x/data/load_lerobot_dataset.py.
+The backbone's dimensions and the action expert's width are the released checkpoints' config.json,
+not in that repository."""
 
 from __future__ import annotations
 

@@ -4,6 +4,12 @@ Every synthetic sample has the same layout, so token types, routing indices, rot
 the attention mask are static: built once per model, never recomputed (no host sync) per step::
 
     [prompt | (<vision_start> image tokens <vision_end>) per camera | instruction | proprio | actions]
+
+Upstream: the prompt template in X-Square-Robot/wall-x@17335bcc3dd8:wall_x/data/utils.py::get_wallx_normal_text
+(``<|propri|>``, then ``<|action|>`` x the chunk); the action tokens as ``moe_token_types`` in
+``DataCollator.__call__`` of X-Square-Robot/wall-x@17335bcc3dd8:wall_x/data/load_lerobot_dataset.py;
+the mask in ``Qwen2_5_VLMoEModel._update_causal_mask`` (type-1 tokens attend to each other both ways) of
+X-Square-Robot/wall-x@17335bcc3dd8:wall_x/model/qwen2_5_based/modeling_qwen2_5_vl_act.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,15 @@ Each decoder layer keeps its attention (shared by all tokens) and gets a ``Token
 is the VLM's MLP, for text, image and proprioception tokens; expert 1, an action expert (a SwiGLU of
 the same class, narrower), for the action tokens. The action head embeds the noisy action chunk into
 the action tokens' input embeddings and reads the predicted flow back from their final hidden states.
+
+Upstream:
+- X-Square-Robot/wall-x@17335bcc3dd8:wall_x/model/qwen2_5_based/modeling_qwen2_5_vl_act.py
+  (``SparseMoeBlock`` and ``BlockSparseMLP``: the per-token-type experts; ``Qwen2_5_VLDecoderLayer_with_MoE``;
+  ``Qwen2_5_VLMoEForAction.train_step_forward``: lm_head over every token, the cross-entropy plus
+  ``flow_loss_weight`` x the flow loss)
+- X-Square-Robot/wall-x@17335bcc3dd8:wall_x/model/action_head.py::ActionProcessor
+  (``sample_time``, ``forward``: x_t, the flow target, w1/w2/w3 with SiLU; ``proprioception_proj``;
+  ``flow_loss``: the dof-masked MSE)
 """
 
 from __future__ import annotations
@@ -52,7 +61,9 @@ def sinusoidal(t: torch.Tensor, dim: int) -> torch.Tensor:
 
 class FlowMatchingActionHead(nn.Module):
     """t ~ Beta(1.5, 1) x 0.999; x_t = (1 - t) noise + t a; the target flow is a - noise.
-    Embedding: w3(SiLU(w2([w1([x_t, dof_mask]) | sinusoidal(t)]))); proprioception -> one token."""
+    Embedding: w3(SiLU(w2([w1([x_t, dof_mask]) | sinusoidal(t)]))); proprioception -> one token.
+    Upstream's ``ActionProcessor`` (X-Square-Robot/wall-x@17335bcc3dd8:wall_x/model/action_head.py) draws
+    t = (0.999 - b) / 0.999 with b ~ Beta(1.5, 1) (``sample_time``) and builds its linears without bias."""
 
     def __init__(self, hidden: int, action_dim: int):
         super().__init__()

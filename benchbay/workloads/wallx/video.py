@@ -1,7 +1,11 @@
 """Wall-X's LIBERO sample as its loader hands it to the step (``data: video``): the current frame of
 each camera through transformers' Qwen2-VL image processor, its PIL/numpy version wherever it runs
 (smart-resize to the preset's size, rescale, normalise, cut into the vision tower's patch rows), the
-cameras' rows one after another."""
+cameras' rows one after another.
+
+Upstream: ``PreprocessedDataset._vision_preprocess`` (``smart_resize``) and ``DataCollator.load_processor``
+(``AutoProcessor``) in X-Square-Robot/wall-x@17335bcc3dd8:wall_x/data/load_lerobot_dataset.py; the frames come from
+``LeRobotDataset(..., video_backend="pyav")`` there (``load_lerobot_data``)."""
 
 from __future__ import annotations
 

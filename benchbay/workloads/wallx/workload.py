@@ -1,6 +1,13 @@
 """The Wall-X training step (a VLA on Qwen2.5-VL-3B) at real dimensions: random weights, synthetic
 LIBERO-shaped batches (2 cameras at 256 px -> 252 px -> 81 tokens each, ~60 text tokens, one
-proprioception token, an action chunk of 32 or 10 steps)."""
+proprioception token, an action chunk of 32 or 10 steps).
+
+Upstream: the step in ``Qwen2_5_VLMoEForAction.train_step_forward`` of
+X-Square-Robot/wall-x@17335bcc3dd8:wall_x/model/qwen2_5_based/modeling_qwen2_5_vl_act.py;
+the loop (``clip_grad_norm_`` at ``max_grad_norm``, default 1.0) and optimizer (AdamW, weight decay 0.1)
+in ``QwenVlAct_Trainer.train_loop`` / ``load_model`` of
+X-Square-Robot/wall-x@17335bcc3dd8:wall_x/trainer/qwen_vl_act_trainer.py;
+``action_horizon`` 32 by default in X-Square-Robot/wall-x@17335bcc3dd8:wall_x/data/load_lerobot_dataset.py."""
 
 from __future__ import annotations
 

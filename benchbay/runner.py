@@ -26,7 +26,7 @@ from benchbay.knobs import rules
 from benchbay.launch.base import Launch, Launcher, Outcome, PointSpec
 from benchbay.launch.local import LocalLauncher
 from benchbay.progress import SweepProgress, describe, warn_once
-from benchbay.record import Record, Status
+from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, Record, Status
 from benchbay.store import point_id
 from benchbay.suite_model import Point, Suite, excluded_by
 from benchbay.workloads import registry
@@ -42,10 +42,6 @@ class RunSummary:
     failed: list[str] = field(default_factory=list)  # every failed point of the run, described
     busy: int = 0  # records this call measured while the machine was not quiet
     unwritable: str | None = None  # why the store could not be written (a full disk): the sweep stopped there
-
-
-#: a data loader's own throughput over its measured window (the decode workload's extra figure)
-DELIVERED_RATE = "loader_samples_per_s"
 
 
 def derived_metrics(metrics: dict[str, Any], extra: dict[str, Any], world_size: int,
@@ -249,7 +245,7 @@ class SuiteRunner:
             if (point.point_id, repeat) in self.stored:  # resumed: reuse the stored probe
                 record = self.stored[(point.point_id, repeat)]
             else:
-                record = self.measure(point, repeat, extra={"search_group": group, "search_knob": search.knob})
+                record = self.measure(point, repeat, extra={SEARCH_GROUP: group, "search_knob": search.knob})
                 report(record)
             records.append(record)
             if point.excluded:  # an excluded value counts as one that does not fit
@@ -289,7 +285,7 @@ class SuiteRunner:
             spec = replace(self.spec(point), memory_snapshot=True, memory_snapshot_dir=str(out))
             outcome = self.launcher.run(spec, self.scratch / f"snapshot-{name}")
             entry = {"point_id": record.point_id, "repeat": record.repeat, "label": record.label,
-                     "search_group": record.extra.get("search_group"), "knob": search.knob,
+                     SEARCH_GROUP: record.search_group, "knob": search.knob,
                      "value": record.knobs[search.knob], "role": role, "status": outcome.status,
                      "reason": outcome.reason, "snapshots": sorted(str(p) for p in out.glob("snapshot*.pickle"))}
             log.parent.mkdir(parents=True, exist_ok=True)  # a snapshot that failed at its start made none

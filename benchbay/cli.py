@@ -158,11 +158,12 @@ def cmd_run(args) -> int:
     if not args.no_report:
         from benchbay.report import build_report
         from benchbay.store import find_runs, load_runs
+        from benchbay.suite_model import SuiteMeta
 
         out = Path(args.report_dir or Path("reports") / suite.name)
         # the suite's runs (build_report keeps this machine's): a run of --point adds to the report
-        path = build_report(load_runs(find_runs([summary.run.parent])), out, title=suite.name, suite_meta=suite.raw,
-                            peak_flops=_peak_flops())
+        path = build_report(load_runs(find_runs([summary.run.parent])), out, title=suite.name,
+                            suite_meta=SuiteMeta.of(suite), peak_flops=_peak_flops())
         console.print(f"report: {path}")
     if not summary.failed:
         return 0
@@ -266,13 +267,16 @@ def _one_run(ref: str, results: str) -> Path:
 
 
 def _suite_metas(runs) -> dict:
+    """What analysis reads of each suite the runs ran, from their manifests (never importing a
+    workload they name: ``SuiteMeta``)."""
     from benchbay.store import read_manifest
+    from benchbay.suite_model import SuiteMeta
 
     metas = {}
     for run in runs:
         manifest = read_manifest(run)
         if manifest.get("suite_as_run"):
-            metas[manifest["suite"]] = manifest["suite_as_run"]
+            metas[manifest["suite"]] = SuiteMeta.from_raw(manifest["suite_as_run"])
     return metas
 
 
@@ -296,7 +300,7 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     import pandas as pd
 
-    from benchbay.analysis.compare import compare, format_compare
+    from benchbay.analysis.compare import CompareOptions, compare, format_compare
     from benchbay.analysis.cost import NO_PRICE, energy_note
     from benchbay.analysis.diff_pointer import diff_pointers, format_pointers
     from benchbay.store import load_runs
@@ -305,7 +309,7 @@ def cmd_compare(args) -> int:
     price = _price(args, [candidate])
     price = next(iter(price.values()), None) if isinstance(price, dict) else price
     frames = load_runs([baseline]), load_runs([candidate])
-    table = compare(*frames, min_change=args.min_change / 100, ignore_knobs=args.ignore_knob,
+    table = compare(*frames, options=CompareOptions(min_change=args.min_change / 100), ignore_knobs=args.ignore_knob,
                     price_per_gpu_hour=price)
     print(format_compare(table, only_changes=args.only_changes)
           + format_pointers(diff_pointers(table, baseline, candidate, args.results)))

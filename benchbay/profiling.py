@@ -27,7 +27,8 @@ class ProfilingRunner(SuiteRunner):
                  console: Console | None = None, peak_flops: float | None = None):
         # what compares measured points (the breakdown, equivalent losses, gate) stays with the suite
         raw = {k: v for k, v in suite.raw.items() if k not in MEASURED_ONLY} | {"name": f"{suite.name}-profile"}
-        suite = replace(suite, name=raw["name"], search=None, repeats=1, breakdown=[], gate=[], raw=raw)
+        suite = replace(suite, name=raw["name"], search=None, repeats=1, breakdown=[], equivalent=[],
+                        equivalent_tolerance={}, gate=[], raw=raw)
         super().__init__(suite, results_root, console, labels=list(labels or suite.profile), peak_flops=peak_flops)
 
     def spec(self, point: Point, repeat: int = 0) -> PointSpec:

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Column
 
 from benchbay.analysis.quality import noise_note
-from benchbay.record import Record, Status
+from benchbay.record import DELIVERED_RATE, Record, Status
 
 BUSY_TAG = "[busy machine]"
 
@@ -52,7 +52,7 @@ def _decode(record: Record) -> list[str]:
     """A decoder's figures, as the report's Decoders section gives them: a decoder's "step" is the
     wait for its next sample, which a worker queue filled ahead answers at once."""
     extra = record.extra
-    cpu, rate = extra.get("cpu_s_per_sample"), extra.get("loader_samples_per_s")
+    cpu, rate = extra.get("cpu_s_per_sample"), extra.get(DELIVERED_RATE)
     return [f"{extra['view_latency_ms_median']:.1f} ms/view (median)",
             f"{cpu * 1e3:.0f} ms CPU/sample" if cpu else "", f"{rate:.1f} samples/s delivered" if rate else ""]
 

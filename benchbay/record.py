@@ -32,6 +32,12 @@ FAILED = frozenset({Status.OOM, Status.ERROR, Status.DIVERGED, Status.CRASH, Sta
 #: the stored schema: 2 writes strict JSON (a non-finite number is null); 1 (or none: older runs,
 #: imports) wrote bare NaN and Infinity. ``migrate`` reads every version as today's.
 SCHEMA = 2
+#: the key of ``extra`` naming the batch search (its configuration's id) a record is a probe of:
+#: in ``extra``, as records have always stored it (``Record.search_group``)
+SEARCH_GROUP = "search_group"
+#: the figure of ``extra`` that is a data loader's own throughput over its measured window (the
+#: decode workload's): a loader's samples/s is what it delivered (benchbay.runner.derived_metrics)
+DELIVERED_RATE = "loader_samples_per_s"
 
 
 @dataclass(kw_only=True)
@@ -81,9 +87,14 @@ class Record:
         return self.label or self.point_id
 
     @property
+    def search_group(self) -> str | None:
+        """The batch search this record is a probe of (its configuration's id), or None."""
+        return self.extra.get(SEARCH_GROUP)
+
+    @property
     def failed(self) -> bool:
         """True when the point fails the run: an oom of a batch search's probe does not."""
-        return self.status in FAILED and not (self.status == Status.OOM and "search_group" in self.extra)
+        return self.status in FAILED and not (self.status == Status.OOM and self.search_group is not None)
 
 
 def finite(value: Any) -> Any:

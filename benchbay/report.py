@@ -5,9 +5,8 @@ throughput, step-time distributions, compile amortisation, optimisation breakdow
 decoders, profiles), writes the PNGs, ``report.md`` (linking them) and ``report.html``
 (embedding them), both rendered from one list of blocks (benchbay.document), so they say the same.
 
-``suite_meta`` is the suite's definition (a dict with ``name``), or ``{suite name: definition}``
-for several suites. Keys read: ``description``, ``breakdown`` (ordered labels), ``equivalent``
-(lists of labels whose losses should match), ``sweep.search.knob`` (the batch knob, default mbs).
+``suite_meta`` is what the report reads of the suite (``benchbay.suite_model.SuiteMeta``: its
+description, breakdown, batch search, equivalent losses), or ``{suite name: SuiteMeta}`` for several.
 """
 
 from __future__ import annotations
@@ -43,6 +42,8 @@ from benchbay.analysis.tables import (
     sweep_table,
 )
 from benchbay.document import Block, Heading, Image, Table, Text
+from benchbay.record import DELIVERED_RATE
+from benchbay.suite_model import SuiteMeta
 
 ENV_COLUMNS = ("run_state", "env.machine_key", "env.gpu", "env.gpu_count", "env.driver", "env.cuda", "env.torch",
                "env.git_commit")
@@ -61,7 +62,7 @@ DECODER_COLUMNS = (
     ("extra.cpu_util_cv", "CPU CV (stability)", 1.0),
     ("extra.cpu_s_per_sample", "CPU s/sample", 1.0),
     ("extra.loader_overhead_cpu_ms_per_sample", "loader overhead CPU (ms/sample)", 1.0),
-    ("extra.loader_samples_per_s", "loader samples/s", 1.0),
+    (f"extra.{DELIVERED_RATE}", "loader samples/s", 1.0),
     ("extra.foreground_inflation", "foreground slow-down", 1.0),
     ("extra.kb_per_frame", "kB/frame", 1.0),
     ("extra.bits_per_pixel", "bits/pixel", 1.0),
@@ -137,22 +138,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "suite"
 
 
-def _suite_metas(suite_meta: Mapping | None) -> dict[str, Mapping]:
-    if not suite_meta:
-        return {}
-    if "name" in suite_meta and isinstance(suite_meta["name"], str):
-        return {suite_meta["name"]: suite_meta}
-    return dict(suite_meta)
-
-
-def _search(meta: Mapping) -> Mapping:
-    """The suite's ``sweep.search`` (knob, bounds and what counts as fitting), or {}."""
-    return (meta.get("sweep") or {}).get("search") or {}
-
-
-def _breakdown_labels(meta: Mapping) -> list[str]:
-    """The suite's ``breakdown``: an order of optimisations is the suite author's to declare."""
-    return list(meta.get("breakdown") or [])
+def _suite_metas(suite_meta: SuiteMeta | Mapping[str, SuiteMeta] | None) -> dict[str, SuiteMeta]:
+    if isinstance(suite_meta, SuiteMeta):
+        return {suite_meta.name: suite_meta}
+    return dict(suite_meta or {})
 
 
 def _overview(df: pd.DataFrame, title: str) -> list[Block]:
@@ -210,13 +199,14 @@ def _sweep_blocks(points: pd.DataFrame) -> list[Block]:
     return blocks
 
 
-def _batch_blocks(points: pd.DataFrame, search: Mapping, stem: str, out_dir: Path) -> list[Block]:
-    knob = search.get("knob", "mbs")
+def _batch_blocks(points: pd.DataFrame, meta: SuiteMeta, stem: str, out_dir: Path) -> list[Block]:
+    knob = meta.batch_knob
     figure = plots.batch_scaling(points, out_dir / f"{stem}-batch_scaling.png", knob)
     if figure is None:
         return []
-    headroom, zero_retries = search.get("headroom_gib"), bool(search.get("zero_retries"))
-    table = effective_throughput(points, knob, headroom, zero_retries, search.get("max"))
+    search = meta.search  # a sweep without a search: no bound, no rule of fitting
+    headroom, zero_retries = (search.headroom_gib, search.zero_retries) if search else (None, False)
+    table = effective_throughput(points, knob, headroom, zero_retries, search.max if search else None)
     rule = ([f"at least {headroom:g} GiB left"] if headroom is not None else []) + \
         (["no allocator retries"] if zero_retries else [])
     per = device_word(points)
@@ -243,8 +233,8 @@ def _step_time_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Bl
     return blocks
 
 
-def _breakdown_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: Path) -> list[Block]:
-    labels = _breakdown_labels(meta)
+def _breakdown_blocks(points: pd.DataFrame, meta: SuiteMeta, stem: str, out_dir: Path) -> list[Block]:
+    labels = meta.breakdown  # an order of optimisations is the suite author's to declare
     if len(labels) < 2:
         return []
     table = waterfall(points, labels)
@@ -264,7 +254,7 @@ def _breakdown_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: P
         blocks.append(Text(f"missing: no record of {', '.join(missing)} in the runs reported (not measured on this "
                            "machine, or under another label)."))
     best = "best" if "best" in set(points["label"].dropna()) else labels[-1]
-    loo = leave_one_out(points, best, _search(meta).get("knob", "mbs"))
+    loo = leave_one_out(points, best, meta.batch_knob)
     if len(loo):
         blocks += [Heading(f"Leave one out (from {best})", 4),
                    Text("Change when one optimisation is removed from the best configuration: "
@@ -273,14 +263,15 @@ def _breakdown_blocks(points: pd.DataFrame, meta: Mapping, stem: str, out_dir: P
     return blocks
 
 
-def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, stem: str, out_dir: Path) -> list[Block]:
-    groups = equivalent_groups(points, meta.get("equivalent"))
+def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, stem: str,
+                 out_dir: Path) -> list[Block]:
+    groups = equivalent_groups(points, meta.equivalent)
     figure = plots.loss_curves(groups, out_dir / f"{stem}-losses.png")
     if figure is None:
         return []
     blocks: list[Block] = [Heading("Loss curves of equivalent points", 3),
                            Image(figure, "losses of points that should train alike")]
-    tolerance = {"rtol": LOSS_RTOL, "atol": LOSS_ATOL, **(meta.get("equivalent_tolerance") or {})}
+    tolerance = {"rtol": LOSS_RTOL, "atol": LOSS_ATOL, **meta.equivalent_tolerance}
     blocks.append(Text(f"Within tolerance: every step's loss within {tolerance['atol']:g} + "
                        f"{tolerance['rtol']:.1%} of the group's first point's (same seed, same data)."))
     for i, group in enumerate(groups):
@@ -389,16 +380,16 @@ def _scaling_blocks(records: pd.DataFrame, stem: str, out_dir: Path) -> list[Blo
     return [*blocks, Table(display(table))]
 
 
-def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: Mapping, out_dir: Path) -> list[Block]:
+def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, out_dir: Path) -> list[Block]:
     """One suite's sections: ``points`` its point summary, ``records`` its rows of the flat frame."""
     suite = str(points["suite"].iloc[0])
     stem = _slug(suite)
     blocks: list[Block] = [Heading(f"Suite {suite}")]
-    if meta.get("description"):
-        blocks.append(Text(str(meta["description"])))
+    if meta.description:
+        blocks.append(Text(str(meta.description)))  # a suite file's is not checked: YAML may make it a number
     for section in (
         _sweep_blocks(points),
-        _batch_blocks(points, _search(meta), stem, out_dir),
+        _batch_blocks(points, meta, stem, out_dir),
         _step_time_blocks(points, stem, out_dir),
         _breakdown_blocks(points, meta, stem, out_dir),
         _loss_blocks(points, records, meta, stem, out_dir),
@@ -427,7 +418,7 @@ def one_machine_per_suite(df: pd.DataFrame) -> tuple[pd.DataFrame, list[Block]]:
 
 
 def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay report",
-                 suite_meta: Mapping | None = None, peak_flops: float | None = None,
+                 suite_meta: SuiteMeta | Mapping[str, SuiteMeta] | None = None, peak_flops: float | None = None,
                  price_per_gpu_hour: float | None = None) -> Path:
     """Write ``report.md``, ``report.html`` and the PNGs into ``out_dir``; return the HTML's path.
 
@@ -444,7 +435,8 @@ def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay r
     summary = point_summary(df, peak_flops, prices(metas, price_per_gpu_hour))
     blocks = _overview(df, title) + left_out
     for suite, points in summary.groupby("suite", sort=False):
-        blocks += _suite_blocks(points.reset_index(drop=True), df[df["suite"] == suite], metas.get(suite, {}), out_dir)
+        meta = metas.get(suite) or SuiteMeta(name=suite)
+        blocks += _suite_blocks(points.reset_index(drop=True), df[df["suite"] == suite], meta, out_dir)
     blocks += _scaling_blocks(df, "scaling", out_dir)  # across suites: one configuration at several sizes
     (out_dir / "report.md").write_text(document.markdown(blocks))
     html_path = out_dir / "report.html"

@@ -26,7 +26,7 @@ from benchbay.knobs import rules
 from benchbay.launch.base import Launch, Launcher, Outcome, PointSpec
 from benchbay.launch.local import LocalLauncher
 from benchbay.progress import SweepProgress, describe, warn_once
-from benchbay.record import Record, Status
+from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, Record, Status
 from benchbay.store import point_id
 from benchbay.suite_model import Point, Suite, excluded_by
 from benchbay.workloads import registry
@@ -42,10 +42,6 @@ class RunSummary:
     failed: list[str] = field(default_factory=list)  # every failed point of the run, described
     busy: int = 0  # records this call measured while the machine was not quiet
     unwritable: str | None = None  # why the store could not be written (a full disk): the sweep stopped there
-
-
-#: a data loader's own throughput over its measured window (the decode workload's extra figure)
-DELIVERED_RATE = "loader_samples_per_s"
 
 
 def derived_metrics(metrics: dict[str, Any], extra: dict[str, Any], world_size: int,
@@ -100,7 +96,7 @@ class SuiteRunner:
         self.device = self.launcher.device(suite.devices.type)
         self.peak_flops = peak_flops
         self.run = self._pick_run(resume)
-        self.stored: dict[tuple[str, int], dict[str, Any]] = {}  # read once the run is locked
+        self.stored: dict[tuple[str, int], Record] = {}  # read once the run is locked
         self.scratch: Path | None = None  # the launcher's folder for the points' files, while run_all runs
 
     def _pick_run(self, resume: str | bool) -> Path:
@@ -169,11 +165,11 @@ class SuiteRunner:
         with store.lock_run(self.run):
             # what this machine measured in the run, by today's identity of each point; a point
             # measured twice is known by its first record, the one its memory snapshots name
-            for r in store.read_records(self.run):
-                if r["env"].get("machine_key") == self.env["machine_key"]:
-                    store.keep(self.stored, (store.as_measured_today(r)["point_id"], r.get("repeat", 0)), r)
+            for r in store.typed_records(self.run):
+                if r.env.get("machine_key") == self.env["machine_key"]:
+                    store.keep(self.stored, (store.today_point_id(r), r.repeat), r)
             if self.retry_failed:
-                self.stored = {k: r for k, r in self.stored.items() if not Record.from_json(r).failed}
+                self.stored = {k: r for k, r in self.stored.items() if not r.failed}
             return self._sweep()
 
     def _sweep(self) -> RunSummary:
@@ -230,7 +226,7 @@ class SuiteRunner:
         manifest.update(state="interrupted" if stopped else "complete",
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         store.write_manifest(self.run, manifest)
-        latest = {(r.point_id, r.repeat): r for r in map(Record.from_json, store.read_records(self.run))}
+        latest = {(r.point_id, r.repeat): r for r in store.typed_records(self.run)}
         summary.failed = [describe(r) for r in latest.values() if r.failed]
         return summary
 
@@ -247,9 +243,9 @@ class SuiteRunner:
             point = replace(config, knobs=knobs, excluded=excluded_by(self.suite.exclude, knobs),
                             point_id=point_id(config.workload, config.params, knobs, self.suite.world_size))
             if (point.point_id, repeat) in self.stored:  # resumed: reuse the stored probe
-                record = Record.from_json(self.stored[(point.point_id, repeat)])
+                record = self.stored[(point.point_id, repeat)]
             else:
-                record = self.measure(point, repeat, extra={"search_group": group, "search_knob": search.knob})
+                record = self.measure(point, repeat, extra={SEARCH_GROUP: group, "search_knob": search.knob})
                 report(record)
             records.append(record)
             if point.excluded:  # an excluded value counts as one that does not fit
@@ -289,7 +285,7 @@ class SuiteRunner:
             spec = replace(self.spec(point), memory_snapshot=True, memory_snapshot_dir=str(out))
             outcome = self.launcher.run(spec, self.scratch / f"snapshot-{name}")
             entry = {"point_id": record.point_id, "repeat": record.repeat, "label": record.label,
-                     "search_group": record.extra.get("search_group"), "knob": search.knob,
+                     SEARCH_GROUP: record.search_group, "knob": search.knob,
                      "value": record.knobs[search.knob], "role": role, "status": outcome.status,
                      "reason": outcome.reason, "snapshots": sorted(str(p) for p in out.glob("snapshot*.pickle"))}
             log.parent.mkdir(parents=True, exist_ok=True)  # a snapshot that failed at its start made none

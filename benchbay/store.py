@@ -155,6 +155,11 @@ def read_records(run: Path) -> list[dict[str, Any]]:
     return records
 
 
+def typed_records(run: Path) -> list[Record]:
+    """Every record of a run as ``Record`` (``read_records``: its JSON, all fields kept)."""
+    return [Record.from_json(r) for r in read_records(run)]
+
+
 def find_runs(paths: Iterable[str | Path], root: str | Path = "results") -> list[Path]:
     """Run folders named by the arguments: a run folder, a records.jsonl, a suite folder (all its
     runs), a suite name or a run id under ``root``."""
@@ -234,6 +239,11 @@ def as_measured_today(record: dict[str, Any]) -> dict[str, Any]:
             "point_id": point_id(record["workload"], record.get("params", {}), knobs, record.get("world_size", 1))}
 
 
+def today_point_id(record: Record) -> str:
+    """A record's point id under today's knob table (``as_measured_today``)."""
+    return as_measured_today(record.to_json())["point_id"]
+
+
 def load_runs(paths: Iterable[str | Path], root: str | Path = "results") -> pd.DataFrame:
     """All records of the named runs as one flat DataFrame (see benchbay.analysis.frame), each
     under today's knob table (``as_measured_today``: a configuration's identity is its knobs completed
@@ -254,10 +264,11 @@ def load_runs(paths: Iterable[str | Path], root: str | Path = "results") -> pd.D
     return records_to_frame(list(kept.values()))
 
 
-def keep(kept: dict[Any, dict[str, Any]], key: Any, record: dict[str, Any]) -> None:
+def keep(kept: dict[Any, Any], key: Any, record: Record | dict[str, Any]) -> None:
     """The record that stands for a point measured more than once in a run: the first, or the
-    retry of a first that failed."""
-    if key not in kept or Record.from_json(kept[key]).failed:
+    retry of a first that failed (a ``Record``, or its JSON: a frame's rows keep every field)."""
+    held = kept.get(key)
+    if held is None or (held if isinstance(held, Record) else Record.from_json(held)).failed:
         kept[key] = record
 
 

@@ -79,7 +79,8 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
             v.error("steps.max_measure_s", "no budget with profile (profiled steps follow a fixed step count)")
         if devices.nproc * devices.nnodes > 1:  # each rank would stop on its own clock, mid-collective
             v.error("steps.max_measure_s", "one process (nproc and nnodes 1): ranks would stop at different steps")
-    for i, group in enumerate(v.list_of(raw, "equivalent", list)):  # loss curves that should match
+    equivalent = v.list_of(raw, "equivalent", list)
+    for i, group in enumerate(equivalent):  # loss curves that should match
         for j, label in enumerate(group):
             if label not in labels:
                 v.error(f"equivalent[{i}][{j}]", f"a label of sweep.points, got {label!r}")
@@ -93,7 +94,8 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
     suite = Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
                   params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,
                   steps=steps, repeats=repeats, timeout=float(timeout), compile_cache=compile_cache, devices=devices,
-                  breakdown=breakdown, gate=gate, profile=profile,
+                  breakdown=breakdown, equivalent=equivalent, equivalent_tolerance=tolerance, gate=gate,
+                  profile=profile,
                   price_per_gpu_hour=None if price is None else float(price), raw=raw)
     if search is None:  # a search collapses points that differ only in the searched knob, on purpose
         v.distinct_points(suite)

@@ -4,7 +4,8 @@ expansion into sweep points. Reading and checking a suite file: benchbay.suite."
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from benchbay import knobs as knob_table
@@ -107,6 +108,8 @@ class Suite:
     compile_cache: str = "point"  # COMPILE_CACHES
     devices: Devices = Devices()
     breakdown: list[str] = field(default_factory=list)
+    equivalent: list[list[str]] = field(default_factory=list)  # groups of labels whose losses should match
+    equivalent_tolerance: dict[str, float] = field(default_factory=dict)  # their check's rtol and atol
     gate: list[str] = field(default_factory=list)
     profile: list[str] = field(default_factory=list)  # labels of points to run under the profiler
     price_per_gpu_hour: float | None = None  # the tables' cost per 1M samples (benchbay.analysis.cost)
@@ -144,6 +147,43 @@ class Suite:
                                      point_id(workload, params, knobs, self.world_size),
                                      excluded_by(self.exclude, knobs)))
         return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteMeta:
+    """What analysis (the report, the cost columns) reads of a suite: of the suite being run
+    (``of``), or of a stored run's, parsed from its manifest's ``suite_as_run`` (``from_raw``). A
+    stored suite is not checked again into a ``Suite``: that imports the workload it names, and
+    reading results never runs code that they name."""
+
+    name: str
+    description: str = ""
+    breakdown: list[str] = field(default_factory=list)  # labels in order: the optimisation breakdown
+    search: Search | None = None
+    equivalent: list[list[str]] = field(default_factory=list)
+    equivalent_tolerance: dict[str, float] = field(default_factory=dict)
+    price_per_gpu_hour: Any = None  # checked where read (analysis.cost.prices): a stored one is untrusted
+
+    @classmethod
+    def of(cls, suite: Suite) -> SuiteMeta:
+        return cls(**{f.name: getattr(suite, f.name) for f in fields(cls)})
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, Any]) -> SuiteMeta:
+        """A suite's mapping as a manifest keeps it, written by any version: absent keys take their defaults."""
+        search = (raw.get("sweep") or {}).get("search")
+        known = {f.name for f in fields(Search)}
+        return cls(name=raw.get("name", ""), description=raw.get("description") or "",
+                   breakdown=list(raw.get("breakdown") or []),
+                   search=None if search is None else Search(**{k: v for k, v in search.items() if k in known}),
+                   equivalent=list(raw.get("equivalent") or []),
+                   equivalent_tolerance=dict(raw.get("equivalent_tolerance") or {}),
+                   price_per_gpu_hour=raw.get("price_per_gpu_hour"))
+
+    @property
+    def batch_knob(self) -> str:
+        """The knob the batch-size sections read: the search's, else the one a search takes by default."""
+        return (self.search or Search()).knob
 
 
 def _workload_node(node: str | dict[str, Any]) -> dict[str, Any]:

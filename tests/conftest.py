@@ -46,7 +46,8 @@ class InProcessLauncher(LocalLauncher):
 
         saved = dict(os.environ)  # the worker sets a one-process group's variables
         try:
-            result = worker.run(json.loads(json.dumps(spec.to_json(), default=str)))  # as spec.json reads
+            as_written = json.loads(json.dumps(spec.to_json(), default=str))  # as spec.json reads
+            result = worker.run(PointSpec.from_json(as_written))
         finally:
             os.environ.clear()
             os.environ.update(saved)

@@ -16,7 +16,7 @@ import pytest
 from benchbay import store
 from benchbay.analysis import scaling
 from benchbay.analysis.frame import records_to_frame
-from benchbay.launch.base import PointSpec
+from benchbay.launch.base import PointSpec, WorkerResult
 from benchbay.launch.process import Finished, merge
 from benchbay.runner import SuiteRunner
 from benchbay.suite import Steps, load
@@ -155,9 +155,9 @@ devices: {{type: cpu, nproc: 4}}
 
 # ---- merging the ranks' results (no processes) -----------------------------------------------
 
-def _rank(rank: int, status: str = "ok", step: float | None = 1.0, **extra) -> dict:
-    return {"rank": rank, "status": status, "reason": None if status == "ok" else f"{status} here",
-            "metrics": {"step_time_s": step, "peak_mem_allocated_gib": 2.0 + rank}, "series": {}, "extra": extra}
+def _rank(rank: int, status: str = "ok", step: float | None = 1.0, **extra) -> WorkerResult:
+    return WorkerResult(rank=rank, status=status, reason=None if status == "ok" else f"{status} here",
+                        metrics={"step_time_s": step, "peak_mem_allocated_gib": 2.0 + rank}, extra=extra)
 
 
 def test_merge_keeps_the_slowest_rank_the_spread_and_every_rank():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from benchbay.analysis.breakdown import waterfall
-from benchbay.analysis.compare import compare
+from benchbay.analysis.compare import CompareOptions, compare
 from benchbay.analysis.cost import ABSENT, NO_PRICE, absent_notes, cost_per_million_samples, prices
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.tables import KEY_COLUMNS, point_summary, sweep_table
@@ -17,6 +17,7 @@ from benchbay.collect.energy import EnergyMeter
 from benchbay.record import Record
 from benchbay.store import append_record, write_manifest
 from benchbay.suite import SuiteError, from_dict
+from benchbay.suite_model import SuiteMeta
 
 
 def _zone(root, name, uj):
@@ -108,13 +109,13 @@ def test_without_a_price_or_energy_the_columns_are_left_out_and_said_absent():
 
 
 def test_prices_per_suite_and_the_override():
-    assert prices({"a": {"price_per_gpu_hour": 2}, "b": {}}) == {"a": 2.0}
-    assert prices({"a": {"price_per_gpu_hour": 2}}, 3.0) == 3.0
+    assert prices({"a": SuiteMeta(name="a", price_per_gpu_hour=2), "b": SuiteMeta(name="b")}) == {"a": 2.0}
+    assert prices({"a": SuiteMeta(name="a", price_per_gpu_hour=2)}, 3.0) == 3.0
     summary = point_summary(records_to_frame(records()), price_per_gpu_hour={"other": 1.0})
     assert summary["cost_per_m_samples"].isna().all()  # a price of another suite only
     for bad in (0, -1, "2", float("nan"), float("inf"), True):
         with pytest.raises(ValueError, match="price per GPU-hour > 0"):
-            prices({"a": {"price_per_gpu_hour": bad}})  # a stored manifest is not trusted
+            prices({"a": SuiteMeta.from_raw({"price_per_gpu_hour": bad})})  # a stored manifest is not trusted
     with pytest.raises(ValueError, match="--price-per-gpu-hour"):
         prices({}, -2.0)
 
@@ -130,7 +131,7 @@ def test_the_suite_key_is_typed_and_validated():
 
 def test_compare_gives_each_point_its_cost_from_its_throughput_and_its_energy():
     table = compare(records_to_frame(records()), records_to_frame(records("c", slowdown=0.1, seed=1)),
-                    price_per_gpu_hour=2.5, n_boot=300)
+                    price_per_gpu_hour=2.5, options=CompareOptions(n_boot=300))
     base = table[table["point"] == "base"].set_index("metric")
     rate, cost = base.loc["samples_per_s_per_gpu"], base.loc["cost_per_m_samples"]
     for side in ("baseline", "candidate"):
@@ -144,7 +145,7 @@ def test_compare_gives_each_point_its_cost_from_its_throughput_and_its_energy():
     fast = table[table["point"] == "+fast"].set_index("metric")
     assert "energy_per_sample" not in fast.index  # neither side has it
     assert "cost_per_m_samples" not in set(compare(records_to_frame(records()), records_to_frame(records()),
-                                                   n_boot=100)["metric"])
+                                                   options=CompareOptions(n_boot=100))["metric"])
 
 
 def test_the_breakdown_carries_cost_and_energy():

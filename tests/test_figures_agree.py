@@ -16,24 +16,25 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from benchbay.analysis import plots
 from benchbay.analysis.breakdown import waterfall
-from benchbay.analysis.compare import METRICS, MatchedPoint, compare, compare_metric
+from benchbay.analysis.compare import METRICS, CompareOptions, MatchedPoint, compare, compare_metric
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.history import history
 from benchbay.analysis.tables import point_summary
 from benchbay.report import build_report
 from benchbay.store import load_runs
+from benchbay.suite_model import Search, SuiteMeta
 from tests.fixtures.make_records import ENV_H200, WARMUP, record, timing_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BREAKDOWN = ["baseline", "+attention", "+compile", "+cuda_graph", "+selective"]
-META = {"name": "fixture-train", "breakdown": BREAKDOWN, "sweep": {"search": {"knob": "mbs", "min": 1, "max": 256}}}
+META = SuiteMeta(name="fixture-train", breakdown=BREAKDOWN, search=Search(knob="mbs", min=1, max=256))
 
 
 def fixture_records(*names: str) -> list[dict]:
     return [json.loads(line) for name in names for line in (FIXTURES / name).read_text().splitlines()]
 
 
-def drawn(df: pd.DataFrame, out: Path, meta: dict | None = None) -> dict[str, object]:
+def drawn(df: pd.DataFrame, out: Path, meta: dict[str, SuiteMeta] | None = None) -> dict[str, object]:
     """Every figure ``build_report`` draws into ``out`` from ``df``, by file name."""
     figures: dict[str, object] = {}
     save = plots.save
@@ -214,6 +215,6 @@ def test_compare_takes_thousands_of_rounds_a_side():
     # pytest-benchmark keeps every round: the rank test's floor must not overflow a float
     rng = np.random.default_rng(1)
     sides = [records_to_frame([run_records(r, list(0.01 * (1 + 0.01 * rng.standard_normal(3000))))]) for r in (1, 2)]
-    table = compare(*sides, metrics=("step_time",), n_boot=200)
+    table = compare(*sides, metrics=("step_time",), options=CompareOptions(n_boot=200))
     assert table["verdict"].iloc[0] in ("no change", "not significant")
     assert re.fullmatch(r"[0-9.e-]+", str(table["p_value"].iloc[0]))

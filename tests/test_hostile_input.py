@@ -408,7 +408,7 @@ def test_a_points_stack_dump_is_scheduled_from_the_parents_deadline(tmp_path, mo
     import time
 
     from benchbay.launch import process, worker
-    from benchbay.launch.base import Launch, PointSpec
+    from benchbay.launch.base import Launch, PointSpec, WorkerResult
     from benchbay.suite import Steps
 
     # the parent writes its deadline into the spec as it launches the point
@@ -421,7 +421,7 @@ def test_a_points_stack_dump_is_scheduled_from_the_parents_deadline(tmp_path, mo
     # a worker whose imports took most of the timeout dumps before the parent's deadline, not its own
     scheduled = []
     monkeypatch.setattr(worker.faulthandler, "dump_traceback_later", lambda s, exit: scheduled.append(s))
-    monkeypatch.setattr(worker, "run", lambda spec: {"status": "ok", "world_size": 1, "rank": 0})
+    monkeypatch.setattr(worker, "run", lambda spec: WorkerResult(status="ok"))
     (tmp_path / "spec.json").write_text(json.dumps({**written, "deadline": time.time() + 20}))
     assert worker.main([str(tmp_path / "spec.json"), str(tmp_path / "result.json")]) == 0
     (delay,) = scheduled
@@ -441,16 +441,17 @@ def test_a_python_memory_error_is_oom():
 def test_a_bad_root_with_decord_is_an_error_not_a_crash(tmp_path, monkeypatch):
     from benchbay.decode.backends import BACKENDS
     from benchbay.launch import worker
+    from benchbay.launch.base import PointSpec
     from benchbay.record import Status
     from benchbay.suite import Steps
 
     # on a GPU host the decode workload opens its root before the steps, to ask for its codecs
     monkeypatch.setattr(BACKENDS["decord"], "unavailable_reason", classmethod(lambda cls, device="cpu": None))
     monkeypatch.setattr(worker, "_init_distributed", lambda device_type: (0, 1, 0))
-    spec = {"workload": "decode", "params": {"root": str(tmp_path)}, "knobs": {"backend": "decord", "device": "cuda"},
-            "steps": vars(Steps()), "device": "cpu", "timeout": 60}
+    spec = PointSpec(workload="decode", params={"root": str(tmp_path)}, knobs={"backend": "decord", "device": "cuda"},
+                     steps=Steps(), device="cpu", timeout=60)
     result = worker.run(spec)
-    assert result["status"] == Status.ERROR and "is not a LeRobot dataset" in result["reason"]
+    assert result.status == Status.ERROR and "is not a LeRobot dataset" in result.reason
 
 
 class _FailsOnce(_InProcess):

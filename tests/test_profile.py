@@ -151,8 +151,8 @@ def test_compile_counters_count_graph_breaks_and_recompiles():
 
 def test_memory_snapshot_is_a_noop_with_a_reason_on_cpu(tmp_path):
     cpu = torch.device("cpu")
-    assert MemorySnapshot.from_spec({}, cpu).summary() == {}
-    snapshot = MemorySnapshot.from_spec({"memory_snapshot": True, "memory_snapshot_dir": str(tmp_path)}, cpu)
+    assert MemorySnapshot(None, cpu).summary() == {}
+    snapshot = MemorySnapshot(tmp_path, cpu)
     with snapshot:
         torch.ones(4)
     assert snapshot.summary() == {"memory_snapshot": None,

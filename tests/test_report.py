@@ -33,11 +33,12 @@ from benchbay.analysis.tables import (
 )
 from benchbay.record import Record
 from benchbay.report import build_report
+from benchbay.suite_model import Search, SuiteMeta
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BREAKDOWN = ["baseline", "+attention", "+compile", "+cuda_graph", "+selective"]
-SUITE_META = {"name": "fixture-train", "description": "recorded fixture", "breakdown": BREAKDOWN,
-              "sweep": {"search": {"knob": "mbs", "min": 1, "max": 256}}}
+SUITE_META = SuiteMeta(name="fixture-train", description="recorded fixture", breakdown=BREAKDOWN,
+                       search=Search(knob="mbs", min=1, max=256))
 H200_PEAK = 799e12
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
@@ -458,7 +459,7 @@ def test_report_on_cpu_says_per_device_and_notes_a_machine_that_was_not_quiet(tm
     busy = {"warnings": ["busy CPU: other processes used 0.95 of 2 CPUs"],
             "machine_warnings": ["CPU frequency governor powersave, not performance: clocks follow the load"]}
     records = [cpu_point("eager", "off", NOISY_EAGER, busy), cpu_point("+recompute", "full", NOISY_RECOMPUTE)]
-    meta = {"name": "quick", "breakdown": ["eager", "+recompute"]}
+    meta = SuiteMeta(name="quick", breakdown=["eager", "+recompute"])
     build_report(records_to_frame(records), tmp_path, suite_meta=meta)
     md = (tmp_path / "report.md").read_text()
     assert "samples/s/device" in md and "samples/s/GPU" not in md and "host RSS (GiB)" in md
@@ -499,7 +500,8 @@ def test_a_breakdown_names_its_missing_labels_and_a_loss_table_says_why_step_0_d
         return {**r, "run_id": "20261130-000000-next", "series": {**r["series"], "losses": [
             loss + 1.0 for loss in r["series"]["losses"]]}}
 
-    meta = {**SUITE_META, "breakdown": [*BREAKDOWN, "+never_run"], "equivalent": [["baseline", "+attention"]]}
+    meta = dataclasses.replace(SUITE_META, breakdown=[*BREAKDOWN, "+never_run"],
+                               equivalent=[["baseline", "+attention"]])
     build_report(records_to_frame([shifted(r) for r in train_records]), tmp_path, suite_meta=meta)
     md = (tmp_path / "report.md").read_text()
     assert "missing: no record of +never_run in the runs reported" in md

@@ -9,7 +9,7 @@ import submitit
 
 from benchbay import knobs as knob_table
 from benchbay.launch import process
-from benchbay.launch.base import Launch, PointSpec
+from benchbay.launch.base import Launch, PointSpec, WorkerResult
 from benchbay.launch.local import LocalLauncher
 from benchbay.launch.process import Finished
 from benchbay.launch.slurm import SlurmLauncher, _combine, job_parameters, node_launch, run_point_submitit
@@ -67,9 +67,8 @@ def test_a_multi_node_point_asks_for_one_task_per_node_and_merges_every_node(tmp
     assert process.command(tmp_path / "s", tmp_path / "r", second)[3:7] == [
         "--nnodes=2", "--node-rank=1", "--rdzv-backend=c10d", "--rdzv-endpoint=gpu-a:29500"]
 
-    def ranks(first: int, step: float) -> list[dict]:
-        return [{"rank": r, "status": "ok", "reason": None, "metrics": {"step_time_s": step}, "series": {},
-                 "extra": {}} for r in range(first, first + 8)]
+    def ranks(first: int, step: float) -> list[WorkerResult]:
+        return [WorkerResult(rank=r, status="ok", metrics={"step_time_s": step}) for r in range(first, first + 8)]
 
     merged = process.merge(_combine([Finished(ranks(0, 1.0), 0, False, "a"), Finished(ranks(8, 1.1), 0, False, "b")]),
                            timeout=900, world_size=16)

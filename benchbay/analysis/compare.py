@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -57,7 +57,7 @@ from benchbay.analysis.stats import (
     mann_whitney_p,
 )
 from benchbay.markdown import markdown_table
-from benchbay.record import Status
+from benchbay.record import DELIVERED_RATE, Record, Status
 
 
 class Verdict(StrEnum):
@@ -128,20 +128,36 @@ class Comparison:
     regression: bool = False
     reason: str | None = None
 
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """How a comparison decides (the module docstring): the statistic over the pooled samples, the
+    smallest change that counts, the interval's confidence, the rank test's alpha, the bootstrap's
+    resamples and seed."""
+
+    statistic: str = STEP_STATISTIC
+    min_change: float = 0.02
+    confidence: float = 0.95
+    alpha: float = 0.05
+    n_boot: int = 2000
+    seed: int = 0
+
+
+DEFAULT_OPTIONS = CompareOptions()
+
+
 #: environment fields that make two measurements incomparable when they differ
 ENV_KEYS = ("gpu", "driver", "cuda", "torch")
 
-# record fields that are not knobs (to find knob columns in a frame without ``knob_names``)
-_RECORD_FIELDS = frozenset(
-    """schema suite run_id point_id label repeat workload device status reason world_size nnodes launcher ranks
-    started_at duration_s step_time_s step_time_mean_s step_time_p10_s step_time_p90_s step_time_cv first_step_s
+#: columns that are not knobs, to find knob columns in a frame without ``knob_names``: the record's
+#: fields, and the metrics and series that a flat frame spreads beside the knobs (and ``frame``'s own)
+_RECORD_FIELDS = frozenset({f.name for f in fields(Record)} | set(
+    """step_time_s step_time_mean_s step_time_p10_s step_time_p90_s step_time_cv first_step_s
     warmup_steps measured_steps samples_per_step samples_per_s samples_per_s_per_gpu flops_per_sample
     frozen_flops_per_sample mfu peak_flops peak_mem_allocated_gib peak_mem_reserved_gib
     device_mem_total_gib alloc_retries num_ooms nvml_mem_used_gib host_rss_gib cpu_util_mean cpu_util_cv
     gpu_util_mean gpu_power_w_mean gpu_sm_clock_mhz_mean oom_step exit_code signal compile_time_s
-    step_times_s losses cpu_util cpu_util_t knob_names knobs params metrics series extra env health path
-    run_dir""".split()
-)
+    step_times_s losses cpu_util cpu_util_t knob_names path run_dir""".split()))
 _NON_KNOB_PREFIXES = ("env.", "extra.", "health.", "param.", "metrics.", "series.", "rank")
 
 
@@ -270,7 +286,7 @@ def metric_samples(row: pd.Series | dict, metric: Metric) -> np.ndarray:
 def _rated_step(row: pd.Series | dict) -> float | None:
     """The step time a record's rates were computed over (see the module docstring)."""
     samples, per_gpu = row.get("samples_per_step"), row.get("samples_per_s_per_gpu")
-    if is_missing(row.get("extra.loader_samples_per_s")) and not is_missing(samples) and not is_missing(per_gpu) \
+    if is_missing(row.get(f"extra.{DELIVERED_RATE}")) and not is_missing(samples) and not is_missing(per_gpu) \
             and per_gpu > 0:
         return float(samples) / float(per_gpu)
     return row.get("step_time_s")
@@ -289,18 +305,9 @@ def _statuses(rows: pd.DataFrame) -> str:
     return "/".join(sorted(rows["status"].astype(str).unique())) if "status" in rows and len(rows) else "absent"
 
 
-def compare_metric(
-    point: MatchedPoint,
-    metric: Metric,
-    *,
-    statistic: str = STEP_STATISTIC,
-    min_change: float = 0.02,
-    confidence: float = 0.95,
-    alpha: float = 0.05,
-    n_boot: int = 2000,
-    seed: int = 0,
-) -> Comparison:
+def compare_metric(point: MatchedPoint, metric: Metric, options: CompareOptions = DEFAULT_OPTIONS) -> Comparison:
     """Compare one metric of one matched point; see the module docstring for the verdicts."""
+    statistic, min_change, alpha = options.statistic, options.min_change, options.alpha
 
     def incomparable(reason: str) -> Comparison:
         return Comparison(metric.name, statistic, reason=reason)
@@ -321,7 +328,8 @@ def compare_metric(
     if not base or not cand:
         return incomparable(f"no {metric.column} in " + ("baseline" if not base else "candidate"))
     try:
-        estimate = bootstrap_ratio(base, cand, statistic=statistic, confidence=confidence, n_boot=n_boot, seed=seed)
+        estimate = bootstrap_ratio(base, cand, statistic=statistic, confidence=options.confidence,
+                                   n_boot=options.n_boot, seed=options.seed)
     except ZeroDivisionError as err:
         return incomparable(str(err))
     pooled_base, pooled_cand = np.concatenate(base), np.concatenate(cand)
@@ -382,12 +390,7 @@ def compare(
     candidate: pd.DataFrame,
     *,
     metrics: Sequence[str] = DEFAULT_METRICS,
-    statistic: str = STEP_STATISTIC,
-    min_change: float = 0.02,
-    confidence: float = 0.95,
-    alpha: float = 0.05,
-    n_boot: int = 2000,
-    seed: int = 0,
+    options: CompareOptions = DEFAULT_OPTIONS,
     key_columns: Sequence[str] | None = None,
     ignore_knobs: Sequence[str] = (),
     price_per_gpu_hour: float | None = None,
@@ -412,12 +415,10 @@ def compare(
             metric = METRICS[metric_name]
             if metric_name != metrics[0] and not _recorded(point, metric):
                 continue  # a figure neither side has (e.g. MFU on CPU); the first metric always shows
-            results[metric_name] = compare_metric(point, metric, statistic=statistic, min_change=min_change,
-                                                  confidence=confidence, alpha=alpha, n_boot=n_boot, seed=seed)
+            results[metric_name] = compare_metric(point, metric, options)
         if price_per_gpu_hour is not None:
             throughput = results.get("samples_per_s_per_gpu") or compare_metric(
-                point, METRICS["samples_per_s_per_gpu"], statistic=statistic, min_change=min_change,
-                confidence=confidence, alpha=alpha, n_boot=n_boot, seed=seed)
+                point, METRICS["samples_per_s_per_gpu"], options)
             results[COST] = cost_comparison(throughput, price_per_gpu_hour)
         rows += [{"point": name, "label": point.label, **point.key, **asdict(result), "caution": caution}
                  for result in results.values()]

@@ -13,10 +13,14 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from benchbay.analysis.frame import is_missing
+
+if TYPE_CHECKING:
+    from benchbay.suite_model import SuiteMeta
 
 COST = "cost_per_m_samples"
 PRICE_KEY = "price_per_gpu_hour"
@@ -33,13 +37,13 @@ def check_price(value: object, where: str = PRICE_KEY) -> float:
     return float(value)
 
 
-def prices(metas: Mapping[str, Mapping], override: float | None = None) -> float | dict[str, float]:
+def prices(metas: Mapping[str, SuiteMeta], override: float | None = None) -> float | dict[str, float]:
     """The price for every suite (``override``, the command line's), else ``{suite: price}`` from
     each suite's key."""
     if override is not None:
         return check_price(override, "--price-per-gpu-hour")
-    return {suite: check_price(meta[PRICE_KEY], f"suite {suite}: {PRICE_KEY}")
-            for suite, meta in metas.items() if meta.get(PRICE_KEY) is not None}
+    return {suite: check_price(meta.price_per_gpu_hour, f"suite {suite}: {PRICE_KEY}")
+            for suite, meta in metas.items() if meta.price_per_gpu_hour is not None}
 
 
 def cost_per_million_samples(samples_per_s_per_gpu: float, price_per_gpu_hour: float) -> float:

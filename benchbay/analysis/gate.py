@@ -15,7 +15,7 @@ seed): :func:`loss_equivalence` compares the two loss curves step by step within
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,10 @@ import numpy as np
 import pandas as pd
 
 from benchbay.analysis.compare import (
+    DEFAULT_OPTIONS,
     METRICS,
     UNCHANGED,
+    CompareOptions,
     Verdict,
     caution_line,
     compare_metric,
@@ -87,10 +89,7 @@ def gate(
     thresholds: Sequence[str | Threshold] | None = None,
     *,
     loss_checks: Sequence[LossEquivalence] = (),
-    confidence: float = 0.95,
-    alpha: float = 0.05,
-    n_boot: int = 2000,
-    seed: int = 0,
+    options: CompareOptions = DEFAULT_OPTIONS,
     fail_on_incomparable: bool = False,
     key_columns: Sequence[str] | None = None,
     ignore_knobs: Sequence[str] = (),
@@ -99,6 +98,7 @@ def gate(
 
     ``thresholds`` are strings in the threshold grammar or parsed :class:`Threshold` objects
     (default :data:`DEFAULT_THRESHOLDS`); a malformed string raises ValueError before any work.
+    Each threshold gives the statistic and the smallest change of its checks; ``options`` the rest.
     """
     texts = DEFAULT_THRESHOLDS if thresholds is None else thresholds
     parsed = [t if isinstance(t, Threshold) else parse_threshold(t) for t in texts]
@@ -111,9 +111,8 @@ def gate(
         for threshold in parsed:
             if not threshold.applies_to(where):
                 continue
-            result = compare_metric(point, METRICS[threshold.metric], statistic=threshold.statistic,
-                                    min_change=threshold.limit, confidence=confidence, alpha=alpha,
-                                    n_boot=n_boot, seed=seed)
+            result = compare_metric(point, METRICS[threshold.metric],
+                                    replace(options, statistic=threshold.statistic, min_change=threshold.limit))
             incomparable = result.verdict == Verdict.NOT_COMPARABLE
             passed = not result.regression and not (fail_on_incomparable and incomparable)
             rows.append({"point": name, "label": point.label, "threshold": str(threshold), **point.key,

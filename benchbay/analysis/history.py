@@ -18,6 +18,7 @@ import pandas as pd
 
 from benchbay.analysis.compare import (
     METRICS,
+    CompareOptions,
     MatchedPoint,
     Metric,
     Verdict,
@@ -53,7 +54,7 @@ def _verdict(rows: pd.DataFrame, before: pd.Series, after: pd.Series, metric: Me
     """``regression``, ``improvement``, ``noisy`` (or ``not comparable``): what compare says of the runs of the level
     before a change point against those of the level it starts."""
     point = MatchedPoint({}, rows[rows["run_id"].isin(before)], rows[rows["run_id"].isin(after)])
-    verdict = compare_metric(point, metric, statistic=statistic).verdict
+    verdict = compare_metric(point, metric, CompareOptions(statistic=statistic)).verdict
     named = {metric.worse: "regression", metric.better: "improvement", Verdict.NOT_COMPARABLE: "not comparable"}
     return named.get(verdict, "noisy")
 

@@ -28,7 +28,7 @@ from benchbay.analysis.quality import notes, warnings_of
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
 from benchbay.analysis.update_fidelity import verdict
-from benchbay.record import Status
+from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, Status
 
 #: figures summarised by their median over the ok repeats
 MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "first_step_s", "samples_per_step",
@@ -102,7 +102,7 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
 def _rates_over_step(out: dict[str, Any], ok: pd.DataFrame) -> None:
     """Throughput and MFU over the point's shown step, so that samples/s/GPU = samples per step /
     step (s) in every table and plot; a loader's rate is what it delivered and stays as recorded."""
-    if "extra.loader_samples_per_s" in ok and ok["extra.loader_samples_per_s"].notna().any():
+    if f"extra.{DELIVERED_RATE}" in ok and ok[f"extra.{DELIVERED_RATE}"].notna().any():
         return
     if is_missing(out["samples_per_step"]) or not out["step_time_s"] > 0:
         return
@@ -179,7 +179,7 @@ SWEEP_COLUMNS = ("name", "status", "repeats", "step_time_s", "step_time_p10_s", 
 DECODE_SWEEP_COLUMNS = ("name", "status", "repeats", "peak_host_rss_gib", "notes", "reason")
 #: a decoder's key figures, for a terminal: its latency, CPU and delivered rate, no step
 DECODE_KEY_COLUMNS = ("name", "status", "extra.view_latency_ms_median", "extra.cpu_s_per_sample",
-                      "extra.loader_samples_per_s", "notes", "reason")
+                      f"extra.{DELIVERED_RATE}", "notes", "reason")
 #: the key figures, for a terminal
 KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", *FIGURES, "peak_mem_allocated_gib",
                "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "notes", "reason")
@@ -234,7 +234,7 @@ def configurations(summary: pd.DataFrame, knob: str = "mbs") -> list[tuple[str, 
 
 
 def _searched(points: pd.DataFrame) -> bool:
-    return "extra.search_group" in points and points["extra.search_group"].notna().any()
+    return f"extra.{SEARCH_GROUP}" in points and points[f"extra.{SEARCH_GROUP}"].notna().any()
 
 
 def _base_label(points: pd.DataFrame, knob: str) -> str | None:

@@ -30,11 +30,6 @@ class MemorySnapshot:
             if device.type != "cuda":
                 self.reason = f"memory snapshots need a CUDA device (running on {device.type})"
 
-    @classmethod
-    def from_spec(cls, spec: dict[str, Any], device: torch.device) -> MemorySnapshot:
-        requested = spec.get("memory_snapshot")
-        return cls(Path(spec["memory_snapshot_dir"]) if requested else None, device)
-
     @property
     def recording(self) -> bool:
         return self.path is not None and self.reason is None

@@ -1,6 +1,7 @@
 """What every launcher takes and gives: the processes a point spans (``Launch``), the point as the
-worker reads it (``PointSpec``, written as ``spec.json``), how the point ended (``Outcome``), and
-the ``Launcher`` protocol (``LocalLauncher``: this machine; ``SlurmLauncher``: a Slurm job)."""
+worker reads it (``PointSpec``, written as ``spec.json``), what one rank's worker gives back
+(``WorkerResult``, written as ``result.json``), how the point ended (``Outcome``), and the
+``Launcher`` protocol (``LocalLauncher``: this machine; ``SlurmLauncher``: a Slurm job)."""
 
 from __future__ import annotations
 
@@ -55,9 +56,44 @@ class PointSpec:
     memory_snapshot: bool = False  # record the allocator's history (a batch search's edges)
     memory_snapshot_dir: str | None = None
     compile_cache_dir: str | None = None  # shared by the run's points; None: a cold cache of its own
+    #: when the parent kills the point (its clock, set as it launches): the worker dumps its stacks before
+    deadline: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PointSpec:
+        """A spec as ``spec.json`` holds it (``steady`` a JSON list where a range of steps)."""
+        steps = dict(data["steps"])
+        if isinstance(steps.get("steady"), list):
+            steps["steady"] = tuple(steps["steady"])
+        return cls(**{**data, "steps": Steps(**steps)})
+
+
+@dataclass(kw_only=True)
+class WorkerResult:
+    """What one rank's worker measured (or why it could not), as its result file holds it."""
+
+    status: Status
+    reason: str | None = None
+    rank: int = 0
+    world_size: int = 1
+    metrics: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[Any]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    traceback: str | None = None
+    duration_s: float | None = None  # the worker's own run, imports aside
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkerResult:
+        return cls(**data)
 
 
 @dataclass(kw_only=True)
@@ -76,11 +112,10 @@ class Outcome:
     health: dict[str, Any] = field(default_factory=dict)  # this machine while it ran, where checked
 
     @classmethod
-    def from_result(cls, result: dict[str, Any]) -> Outcome:
-        """A worker's result file (a JSON dict: the process boundary)."""
-        return cls(status=Status(result["status"]), reason=result.get("reason"),
-                   metrics=dict(result.get("metrics") or {}), series=dict(result.get("series") or {}),
-                   extra=dict(result.get("extra") or {}), traceback=result.get("traceback"))
+    def from_result(cls, result: WorkerResult) -> Outcome:
+        """One rank's result as the point's outcome."""
+        return cls(status=result.status, reason=result.reason, metrics=dict(result.metrics),
+                   series=dict(result.series), extra=dict(result.extra), traceback=result.traceback)
 
 
 class Launcher(Protocol):

@@ -14,13 +14,13 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from benchbay.launch.base import Launch, Outcome, PointSpec
+from benchbay.launch.base import Launch, Outcome, PointSpec, WorkerResult
 from benchbay.record import Status
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -53,7 +53,7 @@ def command(spec_path: Path, result_path: Path, launch: Launch) -> list[str]:
 class Finished:
     """What the processes of one point (on one node) left behind."""
 
-    results: list[dict[str, Any]]  # one per rank that wrote a result file
+    results: list[WorkerResult]  # one per rank that wrote a result file
     returncode: int | None
     timed_out: bool
     tail: str  # the end of the log
@@ -72,7 +72,7 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = workdir / "spec.json", workdir / "result.json", workdir / "worker.log"
     # the deadline the worker dumps its stacks before: this process's clock, started at the launch
-    spec_path.write_text(json.dumps({**spec.to_json(), "deadline": time.time() + spec.timeout}, default=str))
+    spec_path.write_text(json.dumps(replace(spec, deadline=time.time() + spec.timeout).to_json(), default=str))
     for old in workdir.glob("result*.json"):
         old.unlink()
     env = {k: v for k, v in os.environ.items() if k not in ALLOC_VARS}  # alloc=default means default
@@ -92,7 +92,7 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
             timed_out, state = True, tree_state(proc.pid)
         finally:  # also after a clean exit: nothing the point started outlives it
             _kill(proc, mark)
-    results = [json.loads(p.read_text()) for p in sorted(workdir.glob("result*.json"))]
+    results = [WorkerResult.from_json(json.loads(p.read_text())) for p in sorted(workdir.glob("result*.json"))]
     log = log_path.read_text(errors="replace")
     # a hang: the phase it was in, where it stood (wherever they are in the log), what its processes did
     stall = "; ".join(filter(None, [stall_summary(log), state])) if timed_out else ""
@@ -163,32 +163,31 @@ def merge(done: Finished, timeout: float, world_size: int) -> Outcome:
     a crash when the first rank to fail died without a result (the others' errors, such as a closed
     connection, follow from it); the slowest rank's figures, the spread of step times across ranks
     and every rank's own figures."""
-    results = sorted(done.results, key=lambda r: r.get("rank", 0))
+    results = sorted(done.results, key=lambda r: r.rank)
     lost = _lost_rank(done.tail, results)
-    worst = min(results, key=lambda r: list(Status).index(r["status"]), default=None)
-    if worst is None or lost or (worst["status"] == Status.OK and (done.timed_out or len(results) < world_size)):
+    worst = min(results, key=lambda r: list(Status).index(r.status), default=None)
+    if worst is None or lost or (worst.status == Status.OK and (done.timed_out or len(results) < world_size)):
         out = _no_result(done, timeout, partial=len(results), lost=lost)
-    elif worst["status"] == Status.OK:
-        out = Outcome.from_result(max(results, key=lambda r: r["metrics"].get("step_time_s") or 0.0))
+    elif worst.status == Status.OK:
+        out = Outcome.from_result(max(results, key=lambda r: r.metrics.get("step_time_s") or 0.0))
         out.metrics["step_time_rank_spread"] = _rank_spread(results)
     else:
         out = Outcome.from_result(worst)
         if world_size > 1 and out.status != Status.SKIPPED and out.reason:  # every rank skips alike
-            out.reason = f"rank {worst.get('rank', 0)}: {out.reason}"
-    out.ranks = [{"rank": r.get("rank", 0), "status": r["status"],
-                  **{k: r["metrics"].get(k) for k in RANK_FIGURES},
-                  **({"reason": r.get("reason")} if r["status"] != Status.OK else {})} for r in results]
+            out.reason = f"rank {worst.rank}: {out.reason}"
+    out.ranks = [{"rank": r.rank, "status": r.status, **{k: r.metrics.get(k) for k in RANK_FIGURES},
+                  **({"reason": r.reason} if r.status != Status.OK else {})} for r in results]
     return out
 
 
-def _lost_rank(tail: str, results: list[dict[str, Any]]) -> tuple[int, int, bool] | None:
+def _lost_rank(tail: str, results: list[WorkerResult]) -> tuple[int, int, bool] | None:
     """A failed rank that wrote no result, its exit code, and whether torchrun saw it fail first.
     torchrun's first is preferred; else one that died by a signal of its own (torchrun may see a
     rank's error about a closed connection before the crash of the rank that closed it), never one
     that torchrun itself stopped with SIGTERM."""
     summary = tail[tail.rfind("Failures:"):] if "Failures:" in tail else tail[tail.rfind("Root Cause"):]
     failures = [(int(rank), int(code)) for rank, code in FAILURE.findall(summary)]
-    reported = {r.get("rank", 0) for r in results}
+    reported = {r.rank for r in results}
     silent = [(rank, code) for rank, code in failures if rank not in reported]
     if failures and failures[-1] in silent:
         return (*failures[-1], True)
@@ -196,9 +195,9 @@ def _lost_rank(tail: str, results: list[dict[str, Any]]) -> tuple[int, int, bool
     return (*own[0], False) if own else None
 
 
-def _rank_spread(ok: list[dict[str, Any]]) -> float | None:
+def _rank_spread(ok: list[WorkerResult]) -> float | None:
     """(slowest - fastest) / median of the ranks' step times: how unevenly the ranks ran."""
-    times = sorted(t for r in ok if (t := r["metrics"].get("step_time_s")))
+    times = sorted(t for r in ok if (t := r.metrics.get("step_time_s")))
     if not times:
         return None
     return (times[-1] - times[0]) / statistics.median(times)

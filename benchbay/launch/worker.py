@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,10 @@ from benchbay.collect.energy import EnergyMeter
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
+from benchbay.launch.base import PointSpec, WorkerResult
 from benchbay.launch.process import PHASE_MARK, die_with_parent
 from benchbay.record import Status
-from benchbay.suite_model import MIN_BUDGETED_STEPS
+from benchbay.suite_model import MIN_BUDGETED_STEPS, Steps
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
 
@@ -62,9 +63,8 @@ def _init_distributed(device_type: str) -> tuple[int, int, int]:
     return rank, world, local
 
 
-def _steady_window(times: list[float], steps: dict) -> tuple[int, int]:
-    warmup, steady = steps["warmup"], steps["steady"]
-    if isinstance(steady, (list, tuple)):
+def _steady_window(times: list[float], steady: str | tuple[int, int], warmup: int) -> tuple[int, int]:
+    if isinstance(steady, tuple):
         return steady[0], min(steady[1], len(times))
     if steady == "auto":
         return max(detect_warmup(times), 1 if len(times) > 1 else 0), len(times)
@@ -91,16 +91,16 @@ RECENT = 3
 STACK_DUMP_LEAD_S = 5.0
 
 
-def _profiler(spec: dict[str, Any], steps: dict[str, Any]):
+def _profiler(spec: PointSpec):
     """torch.profiler over a few extra steps after the measured ones (so its overhead stays out
     of the timings) when the point is profiled (benchbay.collect.profile)."""
-    if not spec.get("profile"):
+    if not spec.profile:
         return _NoProfiler()
     from benchbay.collect.profile import StepProfiler
 
     # the profiler's own warm-up step (tracing already on) is the first extra step, never a timed one
-    measured = total_steps(steps)
-    return StepProfiler(Path(spec["profile_dir"]), warmup=measured + 1, active=PROFILED_STEPS)
+    measured = spec.steps.warmup + spec.steps.measure
+    return StepProfiler(Path(spec.profile_dir), warmup=measured + 1, active=PROFILED_STEPS)
 
 
 _STARTED = time.perf_counter()
@@ -117,6 +117,8 @@ class Measured:
     """What the step loop leaves behind."""
 
     times: list[float]
+    #: the warm-up steps run: the spec's, and more for batches made ahead or a loader drained (_measure)
+    warmup: int = 0
     build_s: float | None = None  # workload.prepare: the model built and the knobs applied
     losses: list[torch.Tensor] = field(default_factory=list)
     grad_norms: list[torch.Tensor] = field(default_factory=list)
@@ -128,23 +130,21 @@ class Measured:
     energy: EnergyMeter | None = None  # read around the measured steps, as the sampler
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
-    device_type = spec["device"]
-    rank, world, local_rank = _init_distributed(device_type)
-    device = torch.device(device_type, local_rank) if device_type == "cuda" else torch.device("cpu")
+def run(spec: PointSpec) -> WorkerResult:
+    rank, world, local_rank = _init_distributed(spec.device)
+    device = torch.device(spec.device, local_rank) if spec.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    knobs = spec["knobs"]
+    knobs = spec.knobs
     torch.manual_seed(knobs.get("seed", 0))
-    result: dict[str, Any] = {"status": Status.OK, "reason": None, "rank": rank, "world_size": world,
-                              "metrics": {}, "series": {}, "extra": {}}
+    result = WorkerResult(status=Status.OK, rank=rank, world_size=world)
     try:  # building and asking it may read the data (decode on cuda opens params.root): a failure is an error
-        workload = registry.resolve(spec["workload"])(spec["params"], knobs, device)
+        workload = registry.resolve(spec.workload)(spec.params, knobs, device)
         reason = workload.harness_skip_reason(world) or workload.skip_reason()
     except Exception as exc:
-        return {**result, **_failure(exc, -1, device)}
+        return replace(result, **_failure(exc, -1, device))
     if reason:
-        return {**result, "status": Status.SKIPPED, "reason": reason}
+        return replace(result, status=Status.SKIPPED, reason=reason)
     needs_group = world > 1 or knobs.get("sharding", "none") != "none"
     if needs_group:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device
@@ -152,39 +152,37 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     sampler = SystemSampler(device.index if device.type == "cuda" else None)  # started at the measured steps
     measured = Measured(times=[], energy=EnergyMeter(device.index if device.type == "cuda" else None))
     try:
-        profiler, snapshot = _profiler(spec, spec["steps"]), MemorySnapshot.from_spec(spec, device)
+        snapshot_dir = Path(spec.memory_snapshot_dir) if spec.memory_snapshot else None
+        profiler, snapshot = _profiler(spec), MemorySnapshot(snapshot_dir, device)
         with workload.process_settings():
             _measure(workload, spec, device, sampler, profiler, snapshot, measured)
             phase("metrics")
-            result.update(_figures(workload, spec, device, measured, sampler, profiler, snapshot))
+            result = replace(result, **_figures(workload, spec, device, measured, sampler, profiler, snapshot))
     except Exception as exc:  # classified below; the sweep goes on in the parent
-        return {**result, **_failure(exc, measured.step_index, device, after_steps=bool(measured.times))}
+        return replace(result, **_failure(exc, measured.step_index, device, after_steps=bool(measured.times)))
     finally:
         sampler.stop()
         if needs_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-    bad = [i for i, x in enumerate(result["series"]["losses"]) if not math.isfinite(x)]
+    bad = [i for i, x in enumerate(result.series["losses"]) if not math.isfinite(x)]
     if bad:
-        loss = result["series"]["losses"][bad[0]]
-        result.update(status=Status.DIVERGED, reason=f"non-finite loss at step {bad[0]} ({loss})")
+        loss = result.series["losses"][bad[0]]
+        result = replace(result, status=Status.DIVERGED, reason=f"non-finite loss at step {bad[0]} ({loss})")
     return result
 
 
-def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sampler: SystemSampler,
+def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler: SystemSampler,
              profiler: Any, snapshot: MemorySnapshot, measured: Measured) -> None:
     """Warm-up, measured and (when profiling) profiled steps; fills ``measured``."""
-    steps = spec["steps"]
-    total = total_steps(steps)
     phase("build")
     started = time.perf_counter()
     step = workload.prepare()
     measured.build_s = time.perf_counter() - started
-    ahead = workload.batches_ahead()
-    if ahead:  # made while the first steps ran: warm up over them (Workload.batches_ahead)
-        steps = spec["steps"] = {**steps, "warmup": steps["warmup"] + ahead}
-        total = total_steps(steps)
+    ahead = workload.batches_ahead()  # made while the first steps ran: warm up over them (Workload.batches_ahead)
+    measured.warmup = spec.steps.warmup + ahead
+    total = measured.warmup + spec.steps.measure
     timer = StepTimer(device)
-    extra_steps = PROFILED_STEPS + 1 if spec.get("profile") else 0
+    extra_steps = PROFILED_STEPS + 1 if spec.profile else 0
     measure_started = 0.0
     i = 0
     with profiler, snapshot:
@@ -192,9 +190,9 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
             measured.step_index = i
             if i == 0:
                 phase("first step (compiles and captures happen here)")
-            if i == steps["warmup"] and measured.drain_steps < DRAIN_LIMIT * ahead and _draining(measured):
-                steps["warmup"], total, measured.drain_steps = i + 1, total + 1, measured.drain_steps + 1
-            if i == steps["warmup"]:  # figures of the measured steps only
+            if i == measured.warmup and measured.drain_steps < DRAIN_LIMIT * ahead and _draining(measured):
+                measured.warmup, total, measured.drain_steps = i + 1, total + 1, measured.drain_steps + 1
+            if i == measured.warmup:  # figures of the measured steps only
                 phase(f"measuring steps {i}..{total - 1}")
                 memory.reset(device)
                 workload.start_measuring()
@@ -217,8 +215,8 @@ def _measure(workload: Workload, spec: dict[str, Any], device: torch.device, sam
                     measured.data_s.append(out.data_s)
                 if out.loader_s is not None:
                     measured.loader_s.append(out.loader_s)
-                if _budget_spent(steps, i, total, measure_started):
-                    phase(f"measure budget of {steps['max_measure_s']} s spent after step {i}")
+                if _budget_spent(spec.steps, measured.warmup, i, total, measure_started):
+                    phase(f"measure budget of {spec.steps.max_measure_s} s spent after step {i}")
                     total = i + 1
             if i == total - 1:
                 sampler.stop()
@@ -244,33 +242,28 @@ def _draining(measured: Measured) -> bool:
             and statistics.fmean(measured.loader_s[-RECENT:]) > LOADER_BEHIND * statistics.fmean(durations[-RECENT:]))
 
 
-def total_steps(steps: dict[str, Any]) -> int:
-    """The warm-up and measured steps a suite asks for (the timed ones, profiled steps aside)."""
-    return steps["warmup"] + steps["measure"]
-
-
-def _budget_spent(steps: dict[str, Any], i: int, total: int, measure_started: float) -> bool:
-    """Whether step ``i``, a measured one before the last of ``total``, ends the measurement under
-    ``steps.max_measure_s``."""
-    budget = steps.get("max_measure_s")
-    return (budget is not None and i + 1 - steps["warmup"] >= MIN_BUDGETED_STEPS and i + 1 < total
+def _budget_spent(steps: Steps, warmup: int, i: int, total: int, measure_started: float) -> bool:
+    """Whether step ``i``, a measured one (after ``warmup``) before the last of ``total``, ends the
+    measurement under ``steps.max_measure_s``."""
+    budget = steps.max_measure_s
+    return (budget is not None and i + 1 - warmup >= MIN_BUDGETED_STEPS and i + 1 < total
             and time.perf_counter() - measure_started >= budget)
 
 
-def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, measured: Measured,
+def _figures(workload: Workload, spec: PointSpec, device: torch.device, measured: Measured,
              sampler: SystemSampler, profiler: Any, snapshot: MemorySnapshot) -> dict[str, Any]:
     """The result's metrics, series and extra figures from the measured steps."""
     times = measured.times
     loss_values = [float(x) for x in torch.stack(measured.losses).float().cpu()] if measured.losses else []
     grad_values = [float(x) for x in torch.stack(measured.grad_norms).float().cpu()] if measured.grad_norms else []
-    first, end = _steady_window(times, spec["steps"])
+    first, end = _steady_window(times, spec.steps.steady, measured.warmup)
     flops = workload.flops_per_sample()
     metrics = {**summarize(times[first:end]), "build_s": measured.build_s, "first_step_s": times[0],
                "warmup_steps": first,
                "samples_per_step": workload.samples_per_step(), "flops_per_sample": flops.get("train"),
                "frozen_flops_per_sample": flops.get("frozen"),
                "measured_steps": end - first, **memory.peak(device), **sampler.summary(),
-               **measured.energy.metrics(workload.samples_per_step() * (len(times) - spec["steps"]["warmup"]))}
+               **measured.energy.metrics(workload.samples_per_step() * (len(times) - measured.warmup))}
     metrics.update(_data_wait(measured.data_s[first:end], times[first:end]))
     harness = workload.harness_figures()  # over every measured step (the fidelity's window)
     metrics.update(harness.get("metrics", {}))
@@ -282,7 +275,7 @@ def _figures(workload: Workload, spec: dict[str, Any], device: torch.device, mea
             "extra": {**workload.extra_metrics(), **harness.get("extra", {}), **compile_counters(),
                       **profiler.summary(), **snapshot.summary(), **measured.energy.note(),
                       # timed steps short of the configured ones: the measure budget ended them
-                      **({"measure_budget_spent": True} if len(times) < total_steps(spec["steps"]) else {}),
+                      **({"measure_budget_spent": True} if len(times) < measured.warmup + spec.steps.measure else {}),
                       **({"drain_steps": measured.drain_steps} if measured.drain_steps else {})}}
 
 
@@ -334,20 +327,20 @@ def main(argv: list[str] | None = None) -> int:
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank under torchrun: die with torchrun, which dies with the runner
         die_with_parent()
     spec_path, result_path = (argv or sys.argv[1:])[:2]
-    spec = json.loads(Path(spec_path).read_text())
-    if spec.get("deadline"):  # a point about to time out says where it stands, in its log
+    spec = PointSpec.from_json(json.loads(Path(spec_path).read_text()))
+    if spec.deadline:  # a point about to time out says where it stands, in its log
         # from the parent's deadline, the clock that kills it: the imports (13-24 s on a busy host)
         # and torchrun's own start came before this process could count anything
-        faulthandler.dump_traceback_later(max(spec["deadline"] - STACK_DUMP_LEAD_S - time.time(), 1.0), exit=False)
+        faulthandler.dump_traceback_later(max(spec.deadline - STACK_DUMP_LEAD_S - time.time(), 1.0), exit=False)
     started = time.time()
     result = run(spec)
-    result["duration_s"] = time.time() - started
+    result.duration_s = time.time() - started
     path = Path(result_path)
-    if result["world_size"] > 1:
-        path = path.with_name(f"{path.stem}.rank{result['rank']}{path.suffix}")
-    write_atomic(path, result)
+    if result.world_size > 1:
+        path = path.with_name(f"{path.stem}.rank{result.rank}{path.suffix}")
+    write_atomic(path, result.to_json())
     # non-zero lets torchrun tear down the other ranks of a failed point
-    return 0 if result["status"] in (Status.OK, Status.SKIPPED, Status.DIVERGED) else 1
+    return 0 if result.status in (Status.OK, Status.SKIPPED, Status.DIVERGED) else 1
 
 
 if __name__ == "__main__":

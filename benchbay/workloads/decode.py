@@ -37,6 +37,7 @@ from benchbay.decode.measure import (
     sample_wall_s,
 )
 from benchbay.decode.patterns import PATTERNS
+from benchbay.record import DELIVERED_RATE
 from benchbay.workloads.decode_declared import DecodeDeclaration
 
 #: foreground steps timed alone before the loader starts and after it stops (the interference baseline)
@@ -187,7 +188,7 @@ class Decode(DecodeDeclaration):
             "layout": self.dataset.layout, "cameras": len(self.dataset.cameras),
             "samples": len(self.samples), "measured_samples": len(measured),
             **self.dataset.content(), **decoding,
-            "loader_samples_per_s": len(measured) / wall if rated else None,
+            DELIVERED_RATE: len(measured) / wall if rated else None,
             "frames_per_s": frames / wall if rated else None,
             "loader_rate_note": None if rated else (f"{len(measured)} measured samples, fewer than the workers' "
                                                     f"backlog of {backlog}: measure more steps for a rate"),

@@ -229,7 +229,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from benchbay.analysis.cost import absent_notes
+    from benchbay.analysis.cost import cost_notes
     from benchbay.analysis.tables import (
         DECODE_KEY_COLUMNS,
         KEY_COLUMNS,
@@ -251,7 +251,7 @@ def cmd_show(args) -> int:
             columns = DECODE_KEY_COLUMNS if decodes(group) else KEY_COLUMNS
             table = display(sweep_table(group, columns), per=device_word(group))
             _print_table(table, f"{suite}: {workload} ({runs})")
-            for note in absent_notes(group):
+            for note in cost_notes(group):
                 print(note)
     if args.export:
         console.print(f"exported: {export(df, args.export)} (every column)")

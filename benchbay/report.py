@@ -23,7 +23,7 @@ import pandas as pd
 from benchbay import document
 from benchbay.analysis import data_loading, plots
 from benchbay.analysis.breakdown import leave_one_out, waterfall
-from benchbay.analysis.cost import absent_notes, prices
+from benchbay.analysis.cost import cost_notes, prices
 from benchbay.analysis.frame import is_missing
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL
 from benchbay.analysis.mfu import peak_sources
@@ -185,7 +185,7 @@ def _sweep_blocks(points: pd.DataFrame) -> list[Block]:
         columns = DECODE_SWEEP_COLUMNS if decoders else SWEEP_COLUMNS
         blocks.append(Table(display(sweep_table(group, columns), per=device_word(group)), caption))
         if not decoders:
-            blocks += [Text(note + ".") for note in absent_notes(group)]
+            blocks += [Text(note + ".") for note in cost_notes(group)]
     if points["notes"].str.contains("noisy", regex=False).any():
         blocks.append(Text(f"noisy: the steady steps vary by more than {NOISY_CV:.0%} (CV, standard deviation over "
                            "mean); a difference between such points needs its interval to mean anything."))

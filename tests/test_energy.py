@@ -8,7 +8,7 @@ import pytest
 
 from benchbay.analysis.breakdown import waterfall
 from benchbay.analysis.compare import CompareOptions, compare
-from benchbay.analysis.cost import ABSENT, NO_PRICE, absent_notes, cost_per_million_samples, prices
+from benchbay.analysis.cost import ABSENT, NO_PRICE, cost_notes, cost_per_million_samples, prices
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.tables import KEY_COLUMNS, point_summary, sweep_table
 from benchbay.cli import main
@@ -96,7 +96,8 @@ def test_the_tables_cost_is_the_price_over_their_throughput_and_energy_is_shown_
     assert {"cost_per_m_samples", "energy_j_per_sample", "energy_watts"} <= set(table.columns)
     assert table.loc["base", "energy_j_per_sample"] == pytest.approx(2.0)
     assert table.loc["+fast", "energy_j_per_sample"] == ABSENT == table.loc["+fast", "energy_watts"]
-    assert absent_notes(summary) == []
+    assert cost_notes(summary) == ["cost per 1M samples at 2.5 per GPU-hour (in the price's currency), "
+                                   "over samples/s/GPU"]
 
 
 def test_without_a_price_or_energy_the_columns_are_left_out_and_said_absent():
@@ -104,7 +105,7 @@ def test_without_a_price_or_energy_the_columns_are_left_out_and_said_absent():
     assert summary["cost_per_m_samples"].isna().all()
     table = sweep_table(summary, KEY_COLUMNS)
     assert not {"cost_per_m_samples", "energy_j_per_sample", "energy_watts"} & set(table.columns)
-    assert absent_notes(summary) == [NO_PRICE, "energy per sample: absent (RAPL (/sys/class/powercap) not "
+    assert cost_notes(summary) == [NO_PRICE, "energy per sample: absent (RAPL (/sys/class/powercap) not "
                                                "readable here)"]
 
 

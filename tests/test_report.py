@@ -115,7 +115,8 @@ def test_sweep_table_matches_the_records(train_records, train):
             continue
         assert row["step_time_s"] == pytest.approx(np.mean(pooled_steady(reps)))  # stats.STEP_STATISTIC
         # throughput over the shown step
-        assert row["samples_per_s_per_gpu"] == pytest.approx(reps[0]["metrics"]["samples_per_step"] / row["step_time_s"])
+        samples = reps[0]["metrics"]["samples_per_step"]
+        assert row["samples_per_s_per_gpu"] == pytest.approx(samples / row["step_time_s"])
         assert row["peak_mem_reserved_gib"] == max(r["metrics"]["peak_mem_reserved_gib"] for r in reps)
         assert row["warmup_detected"] == reps[0]["metrics"]["warmup_steps"]
     assert set(train["status"]) == {"ok", "oom", "crash", "skipped", "timeout"}

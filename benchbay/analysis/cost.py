@@ -86,6 +86,18 @@ def energy_note(rows: pd.DataFrame) -> str | None:
                                     else "not recorded (records from before the energy meter)")
 
 
-def absent_notes(points: pd.DataFrame) -> list[str]:
-    """A sentence for each per-sample figure none of the points has, saying why."""
-    return [note for note in (None if COST in present(points) else NO_PRICE, energy_note(points)) if note]
+def price_column(summary: pd.DataFrame, price: float | Mapping[str, float] | None) -> pd.Series:
+    """The GPU-hour price each point's cost is at (NaN without one), so a table can say it."""
+    def row_price(row: pd.Series) -> float:
+        p = price.get(row["suite"]) if isinstance(price, Mapping) else price
+        return math.nan if p is None else p
+
+    return summary.apply(row_price, axis=1).astype(float) if len(summary) else pd.Series(dtype=float)
+
+
+def cost_notes(points: pd.DataFrame) -> list[str]:
+    """The price the cost column is at, or why it is absent; and why energy is, where it is."""
+    shown = points.loc[points[COST].map(lambda v: not is_missing(v)), PRICE_KEY] if COST in present(points) else []
+    price = (f"cost per 1M samples at {', '.join(f'{p:g}' for p in sorted(set(shown)))} per GPU-hour "
+             "(in the price's currency), over samples/s/GPU") if len(shown) else NO_PRICE
+    return [note for note in (price, energy_note(points)) if note]

@@ -20,7 +20,7 @@ import pandas as pd
 
 from benchbay.analysis.batch_search import infeasibility
 from benchbay.analysis.compare import steady_step_times
-from benchbay.analysis.cost import COST, FIGURES, cost_column, say_absent
+from benchbay.analysis.cost import COST, FIGURES, PRICE_KEY, cost_column, price_column, say_absent
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
 from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column, peak_label_column
@@ -142,6 +142,7 @@ def point_summary(df: pd.DataFrame, peak_flops: float | None = None,
     rows = [_summarise_point(g, carried) for _, g in df.groupby(["suite", "point_id"], sort=False)]
     summary = rows_to_frame(rows)
     summary[COST] = cost_column(summary, price_per_gpu_hour)
+    summary[PRICE_KEY] = price_column(summary, price_per_gpu_hour)
     summary["name"] = pd.concat([_names(points, suite_varying(summary, suite))
                                  for suite, points in summary.groupby("suite", sort=False)])
     return summary

@@ -11,7 +11,7 @@ from benchbay.cli import main
 
 def _record(label, step, backward, gemm, gpu="H200", spread=0.001):
     times = [step + spread * ((i % 3) - 1) for i in range(12)]
-    return {"label": label, "suite": "s-profile", "run_id": label, "status": "ok", "workload": "toy",
+    return {"label": label, "suite": "s-profile", "run_id": label, "point_id": label, "status": "ok", "workload": "toy",
             "world_size": 1, "env": {"gpu": gpu}, "metrics": {"warmup_steps": 2},
             "series": {"step_times_s": [5.0, 1.0, *times]},
             "extra": {"phases": {"forward": 0.02, "backward": backward, "optimizer": 0.01},

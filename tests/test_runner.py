@@ -425,7 +425,8 @@ def test_a_points_line_gives_the_step_of_the_tables_and_a_decoders_its_decode_fi
     assert describe(decoder) == "ok p: 32.9 ms/view (median), 104 ms CPU/sample, 54.2 samples/s delivered"
 
 
-def test_a_step_returning_a_bare_loss_runs_and_an_error_line_says_where_its_traceback_is(tmp_path, in_repo):
+def test_a_step_returning_a_bare_loss_runs_and_an_error_line_says_where_its_traceback_is(tmp_path, in_repo,
+                                                                                          in_process):
     path = write_suite(tmp_path / "bare.yaml", f"""
 name: bare
 workload: {{name: "tests.fixtures.tinywork:BareLoss"}}
@@ -434,7 +435,8 @@ sweep: {{points: [{{label: bare}}, {{label: broken, workload: {{name: "{TINY}"}}
 steps: {{warmup: 1, measure: 2}}
 timeout: 120
 """)
-    summary = SuiteRunner(load(path), tmp_path / "results").run_all()
+    # the worker's own loop in this process (a raise in a real process: the fault suite)
+    summary = SuiteRunner(load(path), tmp_path / "results", launcher=in_process).run_all()
     by_label = {r["label"]: Record.from_json(r) for r in store.read_records(summary.run)}
     assert by_label["bare"].status == "ok", by_label["bare"].reason
     broken = by_label["broken"]

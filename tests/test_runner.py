@@ -137,7 +137,7 @@ def _wait_for_records(path, n, proc, limit=120):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env, sig):
+def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env, in_process, sig):
     suite = _slow_suite(tmp_path)
     results = tmp_path / "results"
     # a test run started in the background inherits SIGINT ignored: give the child the default back
@@ -159,9 +159,9 @@ def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env
     if sig == signal.SIGINT:
         assert proc.returncode == 130 and "interrupted" in out
         assert store.read_manifest(records.parent)["state"] == "interrupted"
-    done = subprocess.run(benchbay_cmd("run", str(suite), "--results", str(results), "--no-report", "--resume"),
-                          env=cli_env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    # the resume in this process (the CLI's --resume as a process: test_cli's test_run_then_show)
+    done = SuiteRunner(load(suite), results, resume=True, launcher=in_process).run_all()
+    assert done.run == records.parent and done.counts == {"ok": 3 - len(kept)}
     final = store.read_records(records.parent)
     assert len(final) == 3
     assert sorted(r["knobs"]["seed"] for r in final) == [0, 1, 2]

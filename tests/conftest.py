@@ -65,3 +65,15 @@ class InProcessLauncher(LocalLauncher):
 @pytest.fixture
 def in_process():
     return InProcessLauncher()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests that start points' processes (those run from the repository root, ``in_repo``) first,
+    the slow-marked ones before them: under pytest-xdist the long tests start early and the short
+    ones fill in around them, instead of one long test running alone at the end. A stable sort of
+    the same collection in every worker (xdist requires the same order everywhere)."""
+    def weight(item) -> int:
+        spawns = "in_repo" in getattr(item, "fixturenames", ())
+        return -(spawns + (spawns and item.get_closest_marker("slow") is not None))
+
+    items.sort(key=weight)

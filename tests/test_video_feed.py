@@ -177,7 +177,7 @@ workload: {{name: "{TINY_FED}"}}
 knobs: {{precision: fp32}}
 sweep:
   points:
-    - {{label: behind, period_s: 0.2}}
+    - {{label: behind, period_s: 0.4}}
     - {{label: keeps-up, period_s: 0.01}}
 steps: {{warmup: 1, measure: 6}}
 """)
@@ -189,7 +189,7 @@ steps: {{warmup: 1, measure: 6}}
     assert 0 < drained <= 4 * 4 and behind["metrics"]["warmup_steps"] == 1 + 4 + drained
     waits = behind["series"]["data_waits_s"][behind["metrics"]["warmup_steps"]:]
     assert len(waits) == 6 and min(waits) > 0.02  # every measured step waited for its batch
-    assert behind["metrics"]["loader_s"] == pytest.approx(0.2)
+    assert behind["metrics"]["loader_s"] == pytest.approx(0.4)
     assert "drain_steps" not in keeps_up["extra"] and keeps_up["metrics"]["warmup_steps"] == 1 + 4
     assert f"warmed up {drained} more steps until it ran dry" in describe(Record.from_json(behind))
 

@@ -3,10 +3,17 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
+# One intra-op thread for torch here and in every process a test starts (points, torchrun ranks,
+# CLI runs inherit it; torchrun sets the same for its ranks): the tests' tensors are tiny, and on a
+# machine of 2 shared cores the OpenMP threads of several busy processes spin against each other
+# (a DreamZero-tiny video suite took 106 s of CPU with torch's default threads, 47 s with one).
+# Set before anything imports torch, which reads it once. A value the caller set is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from benchbay.launch.base import Outcome, PointSpec
-from benchbay.launch.local import LocalLauncher
+import pytest  # noqa: E402
+
+from benchbay.launch.base import Outcome, PointSpec  # noqa: E402
+from benchbay.launch.local import LocalLauncher  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "tests.fixtures.tinywork:Tiny"
@@ -30,7 +37,9 @@ def benchbay_cmd(*args: str) -> list[str]:
 
 @pytest.fixture
 def cli_env():
-    env = dict(os.environ)
+    # a CLI on a pipe prints whole lines unless COLUMNS says how wide to fit them: pytest-xdist's
+    # workers have COLUMNS=80 and LINES=24, which would cut `benchbay show`'s long texts
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
 
@@ -57,3 +66,15 @@ class InProcessLauncher(LocalLauncher):
 @pytest.fixture
 def in_process():
     return InProcessLauncher()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests that start points' processes (those run from the repository root, ``in_repo``) first,
+    the slow-marked ones before them: under pytest-xdist the long tests start early and the short
+    ones fill in around them, instead of one long test running alone at the end. A stable sort of
+    the same collection in every worker (xdist requires the same order everywhere)."""
+    def weight(item) -> int:
+        spawns = "in_repo" in getattr(item, "fixturenames", ())
+        return -(spawns + (spawns and item.get_closest_marker("slow") is not None))
+
+    items.sort(key=weight)

@@ -19,34 +19,38 @@ def run(args, env, cwd):
     return subprocess.run(benchbay_cmd(*args), env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
-def test_invalid_suite_fails_validation_naming_file_and_key(tmp_path, in_repo, cli_env):
+def test_invalid_suite_fails_validation_naming_file_and_key(tmp_path, in_repo, cli_env, capsys):
     bad = write_suite(tmp_path / "bad.yaml", f"""
 name: bad
 workload: {{name: "{TINY}"}}
 knobs: {{mbs: two, warp_speed: 9}}
 """)
-    for command in ("validate", "run"):
-        out = run([command, str(bad), "--results", str(tmp_path / "res")] if command == "run"
-                  else [command, str(bad)], cli_env, in_repo)
-        assert out.returncode == 2
-        text = out.stderr.replace("\n", " ")
+    out = run(["validate", str(bad)], cli_env, in_repo)  # the exit code of the process
+    assert out.returncode == 2
+    texts = [out.stderr]
+    # run: in this process (the same main; a run's exit codes as a process: test_run_then_show)
+    capsys.readouterr()
+    assert main(["run", str(bad), "--results", str(tmp_path / "res")]) == 2
+    texts.append(capsys.readouterr().err)
+    for text in (t.replace("\n", " ") for t in texts):
         assert f"{bad}: knobs.mbs: a positive integer, got 'two'" in text
         assert f"{bad}: knobs.warp_speed: a known knob of tiny:" in text and "'recompute'" in text
     assert not (tmp_path / "res").exists()  # nothing ran
 
 
-def test_validate_counts_points_and_list_shows_knobs(tmp_path, in_repo, cli_env):
+def test_validate_counts_points_and_list_shows_knobs(tmp_path, in_repo, capsys):
     good = write_suite(tmp_path / "good.yaml", f"""
 name: good
 workload: {{name: "{TINY}"}}
 sweep: {{grid: {{mbs: [1, 2, 3]}}, exclude: [{{mbs: 3}}]}}
 """)
-    out = run(["validate", str(good), "--set", "repeats=2"], cli_env, in_repo)
-    assert out.returncode == 0 and "3 points (1 excluded) x 2 repeats" in out.stdout.replace("\n", " ")
-    listing = run(["list"], cli_env, in_repo)
-    assert listing.returncode == 0
+    # in this process: a fresh `benchbay list` imports every workload (~10 s of CPU on 2 cores)
+    assert main(["validate", str(good), "--set", "repeats=2"]) == 0
+    assert "3 points (1 excluded) x 2 repeats" in capsys.readouterr().out.replace("\n", " ")
+    assert main(["list"]) == 0
+    listing = capsys.readouterr().out
     for word in ("dreamzero", "wallx", "decode", "recompute", "sharding", "fsdp2_grad_op", "suites/"):
-        assert word in listing.stdout
+        assert word in listing
 
 
 def test_run_then_show(tmp_path, in_repo, cli_env):
@@ -113,7 +117,7 @@ def test_gate_without_a_baseline_says_so_in_its_verdict(one_run, tmp_path, capsy
     assert "FAIL: no baseline" in capsys.readouterr().out
 
 
-def test_profile_command_writes_traces(tmp_path, in_repo, cli_env):
+def test_profile_command_writes_traces(tmp_path, in_repo, capsys):
     suite = write_suite(tmp_path / "p.yaml", f"""
 name: prof
 workload: {{name: "{TINY}"}}
@@ -121,12 +125,14 @@ knobs: {{precision: fp32}}
 sweep: {{points: [{{label: a}}, {{label: b, mbs: 2}}]}}
 steps: {{warmup: 1, measure: 2}}
 """)
-    out = run(["profile", str(suite), "--point", "b", "--results", str(tmp_path / "res")], cli_env, in_repo)
-    assert out.returncode == 0, out.stderr
+    # the command in this process (its point in a process of its own, as always)
+    assert main(["profile", str(suite), "--point", "b", "--results", str(tmp_path / "res")]) == 0, \
+        capsys.readouterr().err
     traces = list((tmp_path / "res" / "prof-profile").glob("*/profiles/*/trace.json"))
     assert len(traces) == 1
-    bad = run(["profile", str(suite), "--point", "nope", "--results", str(tmp_path / "res")], cli_env, in_repo)
-    assert bad.returncode == 2 and "no point labelled 'nope'" in bad.stderr
+    capsys.readouterr()
+    assert main(["profile", str(suite), "--point", "nope", "--results", str(tmp_path / "res")]) == 2
+    assert "no point labelled 'nope'" in capsys.readouterr().err
 
 
 def test_the_peak_flops_override_reaches_the_report(tmp_path, monkeypatch):
@@ -138,7 +144,7 @@ def test_the_peak_flops_override_reaches_the_report(tmp_path, monkeypatch):
     assert "NVIDIA H200: 500 TFLOP/s (override)" in (tmp_path / "rep" / "report.md").read_text()
 
 
-def test_a_run_of_one_point_adds_to_the_suites_report(tmp_path, in_repo, cli_env):
+def test_a_run_of_one_point_adds_to_the_suites_report(tmp_path, in_repo, capsys):
     suite = write_suite(tmp_path / "s.yaml", f"""
 name: clipart
 workload: {{name: "{TINY}"}}
@@ -146,10 +152,9 @@ knobs: {{precision: fp32}}
 sweep: {{points: [{{label: first}}, {{label: second, mbs: 2}}]}}
 steps: {{warmup: 1, measure: 2}}
 """)
-    for label in ("first", "second"):
-        out = run(["run", str(suite), "--point", label, "--results", str(tmp_path / "res"),
-                   "--report-dir", str(tmp_path / "rep")], cli_env, in_repo)
-        assert out.returncode == 0, out.stderr
+    for label in ("first", "second"):  # the command in this process (each point in a process of its own)
+        assert main(["run", str(suite), "--point", label, "--results", str(tmp_path / "res"),
+                     "--report-dir", str(tmp_path / "rep")]) == 0, capsys.readouterr().err
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "| first | ok |" in report and "| second | ok |" in report  # the second run did not replace the first
 

@@ -2,6 +2,7 @@
 and the export is read back by the ``pytest-benchmark compare`` CLI."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -37,6 +38,8 @@ def real_json(tmp_path_factory):
          f"--benchmark-json={out}", "--benchmark-save-data", "--benchmark-min-rounds=30",
          "--benchmark-max-time=0.00001", "--benchmark-disable-gc"],
         cwd=work, capture_output=True, text=True, timeout=120,
+        # under pytest-xdist: pytest-benchmark turns itself off in a process that looks like an xdist worker
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return out

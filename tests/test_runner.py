@@ -137,7 +137,7 @@ def _wait_for_records(path, n, proc, limit=120):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env, sig):
+def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env, in_process, sig):
     suite = _slow_suite(tmp_path)
     results = tmp_path / "results"
     # a test run started in the background inherits SIGINT ignored: give the child the default back
@@ -159,9 +159,9 @@ def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env
     if sig == signal.SIGINT:
         assert proc.returncode == 130 and "interrupted" in out
         assert store.read_manifest(records.parent)["state"] == "interrupted"
-    done = subprocess.run(benchbay_cmd("run", str(suite), "--results", str(results), "--no-report", "--resume"),
-                          env=cli_env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    # the resume in this process (the CLI's --resume as a process: test_cli's test_run_then_show)
+    done = SuiteRunner(load(suite), results, resume=True, launcher=in_process).run_all()
+    assert done.run == records.parent and done.counts == {"ok": 3 - len(kept)}
     final = store.read_records(records.parent)
     assert len(final) == 3
     assert sorted(r["knobs"]["seed"] for r in final) == [0, 1, 2]
@@ -425,7 +425,8 @@ def test_a_points_line_gives_the_step_of_the_tables_and_a_decoders_its_decode_fi
     assert describe(decoder) == "ok p: 32.9 ms/view (median), 104 ms CPU/sample, 54.2 samples/s delivered"
 
 
-def test_a_step_returning_a_bare_loss_runs_and_an_error_line_says_where_its_traceback_is(tmp_path, in_repo):
+def test_a_step_returning_a_bare_loss_runs_and_an_error_line_says_where_its_traceback_is(tmp_path, in_repo,
+                                                                                          in_process):
     path = write_suite(tmp_path / "bare.yaml", f"""
 name: bare
 workload: {{name: "tests.fixtures.tinywork:BareLoss"}}
@@ -434,7 +435,8 @@ sweep: {{points: [{{label: bare}}, {{label: broken, workload: {{name: "{TINY}"}}
 steps: {{warmup: 1, measure: 2}}
 timeout: 120
 """)
-    summary = SuiteRunner(load(path), tmp_path / "results").run_all()
+    # the worker's own loop in this process (a raise in a real process: the fault suite)
+    summary = SuiteRunner(load(path), tmp_path / "results", launcher=in_process).run_all()
     by_label = {r["label"]: Record.from_json(r) for r in store.read_records(summary.run)}
     assert by_label["bare"].status == "ok", by_label["bare"].reason
     broken = by_label["broken"]

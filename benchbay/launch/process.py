@@ -149,6 +149,25 @@ def _kill(proc: subprocess.Popen, mark: str) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
     proc.wait()
+    _wait_dead(doomed)
+
+
+#: how long the killed processes of a point get to be gone (or zombies) before the sweep goes on
+KILL_WAIT_S = 5.0
+
+
+def _wait_dead(procs: list[psutil.Process]) -> None:
+    """Until each process is gone or a zombie: a SIGKILLed process dies when it next runs, a moment
+    later on a busy host, and one orphaned into a session of its own is not ours to reap."""
+    deadline = time.monotonic() + KILL_WAIT_S
+    for p in procs:
+        while time.monotonic() < deadline:
+            try:
+                if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.01)
 
 
 #: each rank's own figures, kept in the record's ``ranks`` list

@@ -162,11 +162,3 @@ def fingerprint(frames: Sequence[torch.Tensor]) -> dict[str, Any]:
 def mean_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.detach().cpu().float() - b.detach().cpu().float()).abs().mean())
 
-
-def fingerprints_agree(a: dict[str, Any], b: dict[str, Any], tolerance: float = FRAME_TOLERANCE) -> bool:
-    """Whether two fingerprints of the same request agree within ``tolerance`` (see module doc)."""
-    if a["sha256"] == b["sha256"]:
-        return True
-    if len(a["thumb"]) != len(b["thumb"]):
-        return False
-    return float(np.abs(np.subtract(a["thumb"], b["thumb"])).mean()) <= tolerance

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.gate import gate
-from benchbay.store import load_runs, read_manifest
+from benchbay.store import load_runs
+from benchbay.suite_model import SuiteMeta
 
 #: a noisy verdict is measured again at most this many times before it counts as good
 REMEASURE = 1
@@ -94,7 +95,7 @@ class Bisector:
         if good_run is None:
             raise ValueError(f"the point does not run at the good commit {good[:12]}")
         if self.thresholds is None:  # the suite's gate list, as the good commit holds it
-            self.thresholds = read_manifest(good_run).get("suite_as_run", {}).get("gate") or None
+            self.thresholds = SuiteMeta.of_run(good_run).gate or None
         control = self.work / "control"  # git bisect's own worktree: its state stays out of the user's
         _git(self.repo, "worktree", "add", "--detach", str(control), bad)
         result = BisectResult(None)

@@ -178,12 +178,13 @@ def _regressed(run: Path, baseline_name: str | None, results: str) -> list[str]:
     """The labels of the points the gate finds regressed in ``run`` against its baseline."""
     from benchbay.analysis.diff_pointer import regressed_labels
     from benchbay.analysis.gate import gate
-    from benchbay.store import load_runs, read_manifest
+    from benchbay.store import load_runs
+    from benchbay.suite_model import SuiteMeta
 
     baseline = _baseline(run, baseline_name, results)
     if baseline is None:
         raise FileNotFoundError(f"--from-gate {run}: no baseline to gate it against (benchbay baseline save)")
-    thresholds = read_manifest(run).get("suite_as_run", {}).get("gate") or None
+    thresholds = SuiteMeta.of_run(run).gate or None
     return regressed_labels(gate(load_runs([baseline]), load_runs([run]), thresholds).checks)
 
 
@@ -348,6 +349,7 @@ def cmd_gate(args) -> int:
     from benchbay.analysis.gate import format_no_baseline, gate
     from benchbay.baselines import run_machine_key
     from benchbay.store import load_runs, read_manifest, writable_file
+    from benchbay.suite_model import SuiteMeta
 
     if args.markdown:  # before the gate: its verdict must not be lost to a bad path after it
         writable_file(args.markdown, "--markdown")
@@ -360,7 +362,7 @@ def cmd_gate(args) -> int:
         exit_code = 1 if args.require_baseline else 0
     else:
         candidate = load_runs([run])
-        thresholds = args.threshold or (manifest.get("suite_as_run") or {}).get("gate") or None
+        thresholds = args.threshold or SuiteMeta.from_raw(manifest.get("suite_as_run") or {}).gate or None
         result = gate(load_runs([baseline]), candidate, thresholds,
                       loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob)
         text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown.rstrip()}"

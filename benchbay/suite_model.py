@@ -6,10 +6,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal
 
 from benchbay import knobs as knob_table
-from benchbay.store import point_id
+from benchbay.store import point_id, read_manifest
 from benchbay.workloads import registry
 
 
@@ -163,6 +164,7 @@ class SuiteMeta:
     equivalent: list[list[str]] = field(default_factory=list)
     equivalent_tolerance: dict[str, float] = field(default_factory=dict)
     price_per_gpu_hour: Any = None  # checked where read (analysis.cost.prices): a stored one is untrusted
+    gate: list[str] = field(default_factory=list)  # thresholds, parsed (and refused) where gated
 
     @classmethod
     def of(cls, suite: Suite) -> SuiteMeta:
@@ -178,7 +180,12 @@ class SuiteMeta:
                    search=None if search is None else Search(**{k: v for k, v in search.items() if k in known}),
                    equivalent=list(raw.get("equivalent") or []),
                    equivalent_tolerance=dict(raw.get("equivalent_tolerance") or {}),
-                   price_per_gpu_hour=raw.get("price_per_gpu_hour"))
+                   price_per_gpu_hour=raw.get("price_per_gpu_hour"), gate=list(raw.get("gate") or []))
+
+    @classmethod
+    def of_run(cls, run: Path) -> SuiteMeta:
+        """A stored run's suite, from its manifest (the defaults where it keeps none)."""
+        return cls.from_raw(read_manifest(run).get("suite_as_run") or {})
 
     @property
     def batch_knob(self) -> str:

@@ -35,6 +35,8 @@ SCHEMA = 2
 #: the key of ``extra`` naming the batch search (its configuration's id) a record is a probe of:
 #: in ``extra``, as records have always stored it (``Record.search_group``)
 SEARCH_GROUP = "search_group"
+#: the key of ``extra`` naming the knob that search varies (mbs unless the suite says)
+SEARCH_KNOB = "search_knob"
 #: the figure of ``extra`` that is a data loader's own throughput over its measured window (the
 #: decode workload's): a loader's samples/s is what it delivered (benchbay.runner.derived_metrics)
 DELIVERED_RATE = "loader_samples_per_s"

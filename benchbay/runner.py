@@ -26,7 +26,7 @@ from benchbay.knobs import rules
 from benchbay.launch.base import Launch, Launcher, Outcome, PointSpec
 from benchbay.launch.local import LocalLauncher
 from benchbay.progress import SweepProgress, describe, warn_once
-from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, Record, Status
+from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, SEARCH_KNOB, Record, Status
 from benchbay.store import point_id
 from benchbay.suite_model import Point, Suite, excluded_by
 from benchbay.workloads import registry
@@ -245,7 +245,7 @@ class SuiteRunner:
             if (point.point_id, repeat) in self.stored:  # resumed: reuse the stored probe
                 record = self.stored[(point.point_id, repeat)]
             else:
-                record = self.measure(point, repeat, extra={SEARCH_GROUP: group, "search_knob": search.knob})
+                record = self.measure(point, repeat, extra={SEARCH_GROUP: group, SEARCH_KNOB: search.knob})
                 report(record)
             records.append(record)
             if point.excluded:  # an excluded value counts as one that does not fit

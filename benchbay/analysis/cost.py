@@ -53,13 +53,22 @@ def cost_per_million_samples(samples_per_s_per_gpu: float, price_per_gpu_hour: f
     return price_per_gpu_hour / 3600 / samples_per_s_per_gpu * 1e6
 
 
-def cost_column(summary: pd.DataFrame, price: float | Mapping[str, float] | None) -> pd.Series:
-    """Each point's cost per 1M samples: one price for every suite, or one per suite name."""
-    def row_cost(row: pd.Series) -> float:
-        p = price.get(row["suite"]) if isinstance(price, Mapping) else price
-        return math.nan if p is None else cost_per_million_samples(row["samples_per_s_per_gpu"], p)
+def price_column(summary: pd.DataFrame, price: float | Mapping[str, float] | None) -> pd.Series:
+    """The GPU-hour price of each point, so its table can say what its cost is at: one price for
+    every suite, or one per suite name (NaN without one)."""
+    if not len(summary):
+        return pd.Series(dtype=float)
+    chosen = [price.get(suite) if isinstance(price, Mapping) else price for suite in summary["suite"]]
+    return pd.Series([math.nan if p is None else p for p in chosen], index=summary.index, dtype=float)
 
-    return summary.apply(row_cost, axis=1).astype(float) if len(summary) else pd.Series(dtype=float)
+
+def cost_column(summary: pd.DataFrame) -> pd.Series:
+    """Each point's cost per 1M samples at its price (``price_column``) over its samples/s/GPU."""
+    if not len(summary):
+        return pd.Series(dtype=float)
+    costs = [math.nan if is_missing(p) else cost_per_million_samples(rate, p)
+             for rate, p in zip(summary["samples_per_s_per_gpu"], summary[PRICE_KEY], strict=True)]
+    return pd.Series(costs, index=summary.index, dtype=float)
 
 
 def say_absent(table: pd.DataFrame, ok: pd.Series) -> pd.DataFrame:
@@ -84,15 +93,6 @@ def energy_note(rows: pd.DataFrame) -> str | None:
     reasons = rows["extra.energy_absent"].dropna().unique() if "extra.energy_absent" in rows else []
     return "energy per sample: " + (f"absent ({'; '.join(map(str, reasons))})" if len(reasons)
                                     else "not recorded (records from before the energy meter)")
-
-
-def price_column(summary: pd.DataFrame, price: float | Mapping[str, float] | None) -> pd.Series:
-    """The GPU-hour price each point's cost is at (NaN without one), so a table can say it."""
-    def row_price(row: pd.Series) -> float:
-        p = price.get(row["suite"]) if isinstance(price, Mapping) else price
-        return math.nan if p is None else p
-
-    return summary.apply(row_price, axis=1).astype(float) if len(summary) else pd.Series(dtype=float)
 
 
 def cost_notes(points: pd.DataFrame) -> list[str]:

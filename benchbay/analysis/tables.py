@@ -141,8 +141,8 @@ def point_summary(df: pd.DataFrame, peak_flops: float | None = None,
     carried = [c for c in (*IDENTITY, *params, *knobs, *extras) if c in df.columns]
     rows = [_summarise_point(g, carried) for _, g in df.groupby(["suite", "point_id"], sort=False)]
     summary = rows_to_frame(rows)
-    summary[COST] = cost_column(summary, price_per_gpu_hour)
     summary[PRICE_KEY] = price_column(summary, price_per_gpu_hour)
+    summary[COST] = cost_column(summary)
     summary["name"] = pd.concat([_names(points, suite_varying(summary, suite))
                                  for suite, points in summary.groupby("suite", sort=False)])
     return summary

@@ -10,7 +10,6 @@ are refused unless ``force``."""
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import re
@@ -19,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from benchbay.markdown import markdown_table
+from benchbay.document import Block, Heading, Image, Table, Text, html, markdown
 
 #: op family by the first pattern a kernel's or operator's name matches (lower case); else "other"
 FAMILIES = (
@@ -135,37 +135,26 @@ def _name(record: dict[str, Any]) -> str:
     return f"{record.get('label')} ({record.get('suite')}/{record.get('run_id')}; {samples} samples per step)"
 
 
-def format_markdown(d: Diff, plot: str | None = None) -> str:
-    lines = [f"# benchbay diff: {d.a.get('label')} → {d.b.get('label')}", "",
-             f"- A: {_name(d.a)}", f"- B: {_name(d.b)}",
-             f"- median step: {d.step_a * 1e3:.2f} → {d.step_b * 1e3:.2f} ms ({_ms(d.step_b - d.step_a)} ms); "
-             f"noise floor ±{d.noise_s * 1e3:.2f} ms (step spread of both runs): a change inside it is not a cause"]
+def _blocks(d: Diff, plot: Path | None) -> list[Block]:
+    """The diff as a document (benchbay.document): Markdown and HTML say the same."""
+    head = [f"A: {_name(d.a)}", f"B: {_name(d.b)}",
+            f"median step: {d.step_a * 1e3:.2f} → {d.step_b * 1e3:.2f} ms ({_ms(d.step_b - d.step_a)} ms); "
+            f"noise floor ±{d.noise_s * 1e3:.2f} ms (step spread of both runs): a change inside it is not a cause"]
     if d.incomparable:
-        lines.append("- ⚠ compared although not comparable (--force): " + "; ".join(d.incomparable))
+        head.append("⚠ compared although not comparable (--force): " + "; ".join(d.incomparable))
+    blocks: list[Block] = [Heading(f"benchbay diff: {d.a.get('label')} → {d.b.get('label')}", 1),
+                           *(Text(f"- {line}") for line in head)]
     for kind in ("phase", "op family"):
         headers, rows = _table(d, kind)
         if rows:
-            lines += ["", f"## By {kind}", "", markdown_table(headers, rows)]
+            blocks += [Heading(f"By {kind}"), Table(pd.DataFrame(rows, columns=list(headers)))]
     if plot:
-        lines += ["", f"![largest deltas]({plot})"]
-    return "\n".join(lines) + "\n"
+        blocks.append(Image(plot, "largest deltas"))
+    return blocks
 
 
-def _html(d: Diff, plot: str | None) -> str:
-    esc = html.escape
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>benchbay diff</title></head>"
-             f"<body><h1>benchbay diff: {esc(str(d.a.get('label')))} → {esc(str(d.b.get('label')))}</h1>",
-             f"<p>A: {esc(_name(d.a))}<br>B: {esc(_name(d.b))}<br>median step {d.step_a * 1e3:.2f} → "
-             f"{d.step_b * 1e3:.2f} ms; noise floor ±{d.noise_s * 1e3:.2f} ms</p>"]
-    for kind in ("phase", "op family"):
-        headers, rows = _table(d, kind)
-        parts.append(f"<h2>By {esc(kind)}</h2><table border=\"1\"><tr>"
-                     + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>"
-                     + "".join("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-                     + "</table>")
-    if plot:
-        parts.append(f"<img src=\"{esc(plot)}\" alt=\"largest deltas\">")
-    return "".join(parts) + "</body></html>\n"
+def format_markdown(d: Diff, plot: Path | None = None) -> str:
+    return markdown(_blocks(d, plot))
 
 
 def _plot(d: Diff, path: Path, top: int = 12) -> Path:
@@ -189,8 +178,8 @@ def write_diff(d: Diff, out_dir: Path) -> Path:
     """``diff.md``, ``diff.html`` and ``diff_deltas.png`` in ``out_dir``; returns the Markdown's path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plot = _plot(d, out_dir / "diff_deltas.png").name if d.rows else None
-    (out_dir / "diff.html").write_text(_html(d, plot))
+    plot = _plot(d, out_dir / "diff_deltas.png") if d.rows else None
+    (out_dir / "diff.html").write_text(html(_blocks(d, plot), "benchbay diff"))
     path = out_dir / "diff.md"
     path.write_text(format_markdown(d, plot))
     return path

@@ -132,6 +132,36 @@ def test_compile_matches_eager(value):
     assert losses == pytest.approx(reference, rel=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["selective", "attention", "full"])
+def test_recomputed_blocks_compile_whole(mode):
+    """A checkpointed block compiles as one graph, its backward too, with no graph break: a policy
+    dynamo cannot inline sends the block back to eager, silently (a compiled point that is not).
+    AOTAutograd with no code generation keeps this quick."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.utils import counters
+
+    from benchbay.knobs import recompute
+
+    backward_graphs = []
+
+    def backward(gm, _):
+        backward_graphs.append(gm)
+        return gm.forward
+
+    backend = aot_autograd(fw_compiler=lambda gm, _: gm.forward, bw_compiler=backward)
+    workload, _ = make()
+    parts = workload.build()
+    recompute.apply(parts, mode)
+    torch._dynamo.reset()
+    counters.clear()
+    for block in parts.regions["blocks"]:
+        block.compile(backend=backend)
+    loss, _ = workload.loss(parts.model, workload.batch(0))
+    loss.backward()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert backward_graphs
+
+
 class _AttentionCalls(TorchDispatchMode):
     """Forward attention kernels dispatched while active (their backward kernels not counted)."""
 

@@ -39,18 +39,27 @@ _ATTENTION = {torch.ops.aten._scaled_dot_product_efficient_attention.default,
 _SAVE = _ATTENTION | {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
 # compiled regions run as one higher-order op where this torch has it (2.10+)
 _SAVE |= {op for op in [getattr(higher_order_ops, "inductor_compiled_code", None)] if op is not None}
-SAVED = {"selective": _SAVE, "attention": _ATTENTION}
 
 
-def _policy(saved, ctx, op, *args, **kwargs):
-    return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+# Module-level policies reading module-level sets: dynamo inlines them. A policy bound to its set
+# (functools.partial) makes dynamo build a variable of every op in the set, and it cannot for
+# inductor_compiled_code: the checkpointed block then graph-breaks out of its compile (torch 2.11-2.13)
+# and runs eager, silently.
+def _selective(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE if op in _SAVE else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _attention_only(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE if op in _ATTENTION else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+POLICIES = {"selective": _selective, "attention": _attention_only}
 
 
 def apply(parts: ModelParts, mode: str, reentrant: bool = False) -> None:
     if mode == "off":
         return
     kwargs = {"checkpoint_impl": CheckpointImpl.REENTRANT if reentrant else CheckpointImpl.NO_REENTRANT}
-    if mode in SAVED:
-        policy = functools.partial(_policy, SAVED[mode])
-        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, policy)
+    if mode in POLICIES:
+        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, POLICIES[mode])
     replace_blocks(parts, lambda block: checkpoint_wrapper(block, **kwargs))

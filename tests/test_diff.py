@@ -5,7 +5,8 @@ import shlex
 import numpy as np
 import pytest
 
-from benchbay.analysis.diff import diff, family, profiled_record, write_diff
+from benchbay.analysis.diff import diff, format_markdown, profiled_record, write_diff
+from benchbay.collect.op_family import family
 from benchbay.cli import main
 
 
@@ -16,9 +17,7 @@ def _record(label, step, backward, gemm, gpu="H200", spread=0.001):
             "series": {"step_times_s": [5.0, 1.0, *times]},
             "extra": {"phases": {"forward": 0.02, "backward": backward, "optimizer": 0.01},
                       "idle_gap_share": 0.0,
-                      "profile_top_ops": [{"name": "sm90_xmma_gemm_bf16", "time_s": gemm},
-                                          {"name": "triton_poi_fused_add_0", "time_s": 0.0101},
-                                          {"name": "other", "time_s": 0.005}]}}
+                      "profile_families": {"gemm": gemm, "triton (fused)": 0.0101, "other": 0.005}}}
 
 
 def _run(tmp_path, record):
@@ -38,6 +37,27 @@ def test_change_is_explained_by_its_phase_and_family_and_noise_is_not_a_cause():
     assert not rows[("phase", "forward")]["cause"]  # no change
     assert d.noise_s > 0
     assert d.rows[0]["name"] == "backward"  # the largest phase change first
+
+
+def test_a_profile_without_family_totals_is_compared_by_phase_alone():
+    # records of before profile_families kept their top 15 kernels: one that fell out of the list
+    # would read as a saving of its whole time
+    old = _record("a", 0.10, 0.05, 0.04)
+    old["extra"]["profile_top_ops"] = [{"name": "sm90_xmma_gemm_bf16", "time_s": 0.04}]
+    del old["extra"]["profile_families"]
+    d = diff(old, _record("b", 0.13, 0.08, 0.07))
+    assert {r["kind"] for r in d.rows} == {"phase"} and d.unfamilied == ["A"]
+    assert "by phase only: A was profiled before" in format_markdown(d)
+
+
+def test_unlike_batches_are_compared_per_sample():
+    a, b = _record("a", 0.10, 0.05, 0.04), _record("b", 0.16, 0.08, 0.07)
+    a["metrics"]["samples_per_step"], b["metrics"]["samples_per_step"] = 10, 20
+    d = diff(a, b)
+    backward = next(r for r in d.rows if r["name"] == "backward")
+    assert d.unit == "sample" and d.step_b - d.step_a == pytest.approx(0.008 - 0.010)
+    assert backward["delta_s"] == pytest.approx(0.004 - 0.005)  # per sample: the larger batch saves time
+    assert "ms/sample" in format_markdown(d)
 
 
 def test_incomparable_points_are_refused_unless_forced():

@@ -24,7 +24,7 @@ from benchbay.suite import Steps, load
 from tests.conftest import TINY, InProcessLauncher, write_suite
 from tests.fixtures.tinywork import Tiny
 
-SUMMARY_KEYS = {"profile_dir", "profile_top_ops", "phases", "idle_gap_share", "syncs_per_step"}
+SUMMARY_KEYS = {"profile_dir", "profile_top_ops", "profile_families", "phases", "idle_gap_share", "syncs_per_step"}
 
 
 class Annotated(Tiny):
@@ -66,6 +66,9 @@ def test_profiled_step_writes_trace_table_and_summary(tmp_path):
     assert any(r["name"] == "aten::addmm" for r in rows)
     assert [r["name"] for r in summary["profile_top_ops"]] == [r["name"] for r in rows]
     assert {"name", "time_s", "share"} <= set(summary["profile_top_ops"][0])
+    # the families cover every operator, the top table's "other" row included
+    assert sum(summary["profile_families"].values()) == pytest.approx(
+        sum(r["time_s"] for r in summary["profile_top_ops"]))
     assert summary["profiled_steps"] == PROFILED_STEPS and summary["phase_clock"] == "host"
     assert list(summary["phases"]) == ["data", "forward", "backward", "optimizer"]
     assert all(s > 0 for s in summary["phases"].values())

@@ -2,17 +2,17 @@
 
 Each side is one ok record with a profile (``benchbay profile``). Rows are the step's phases
 (the profile's ``record_function`` ranges, plus ``idle``: the device's idle share of the median
-step) and the kernel/op families of its top-ops table, each with the seconds per step it gained
-or lost and its share of the change of the median step. The noise floor is the runs' own step
+step) and the op families (``benchbay.collect.op_family``) of every kernel the profile timed, each
+with the seconds per step it gained or lost and its share of the change of the median step. The noise floor is the runs' own step
 spread (the median absolute deviation of each side's step times, added in quadrature): a row
 whose change lies inside it is not named a cause. Points on another GPU, world size or workload
-are refused unless ``force``."""
+are refused unless ``force``. A profile recorded before its families were (only its top kernels
+kept) is compared by phase alone: a kernel that fell out of a top-15 list is not a saving."""
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,29 +22,12 @@ import pandas as pd
 
 from benchbay.document import Block, Heading, Image, Table, Text, html, markdown
 
-#: op family by the first pattern a kernel's or operator's name matches (lower case); else "other"
-FAMILIES = (
-    ("communication", r"nccl|all_reduce|allgather|reduce_scatter|c10d"),
-    ("attention", r"flash|fmha|attention|sdpa"),
-    ("gemm", r"gemm|cutlass|nvjet|matmul|aten::mm|aten::addmm|aten::bmm|aten::linear|cublas"),
-    ("memory", r"memcpy|memset|aten::copy_|aten::to\b|aten::contiguous"),
-    ("norm", r"norm"),
-    ("softmax / cross-entropy", r"softmax|cross_entropy|nll_loss|logsumexp"),
-    ("optimizer", r"adam|foreach|multi_tensor|fused_sgd"),
-    ("triton (fused)", r"triton"),
-    ("elementwise", r"elementwise|vectorized|aten::(add|mul|sub|div|gelu|silu|relu)"),
-)
 #: what must match for two points to be compared: (description, how it is read from a record)
 COMPARABLE = (
     ("GPU", lambda r: r.get("env", {}).get("gpu")),
     ("world size", lambda r: r.get("world_size")),
     ("workload", lambda r: r.get("workload")),
 )
-
-
-def family(name: str) -> str:
-    low = name.lower()
-    return next((f for f, pattern in FAMILIES if re.search(pattern, low)), "other")
 
 
 def profiled_record(run: Path, label: str | None) -> dict[str, Any]:
@@ -70,6 +53,8 @@ class Diff:
     step_b: float
     noise_s: float
     incomparable: list[str]
+    unit: str  # "step", or "sample" when the two batches differ (a larger batch's longer step is no loss)
+    unfamilied: list[str]  # the sides whose profile holds no family totals (compared by phase alone)
 
 
 def _mad(times: list[float]) -> float:
@@ -90,32 +75,34 @@ def _phases(record: dict[str, Any]) -> dict[str, float]:
     return phases
 
 
-def _families(record: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for op in record["extra"].get("profile_top_ops", []):
-        name = "other" if op["name"] == "other" else family(op["name"])
-        out[name] = out.get(name, 0.0) + op["time_s"]
-    return out
+def _families(record: dict[str, Any]) -> dict[str, float] | None:
+    return record["extra"].get("profile_families")
 
 
 def diff(a: dict[str, Any], b: dict[str, Any], force: bool = False) -> Diff:
     incomparable = [f"{what}: {read(a)} vs {read(b)}" for what, read in COMPARABLE if read(a) != read(b)]
     if incomparable and not force:
         raise ValueError("not comparable (" + "; ".join(incomparable) + "); --force compares them anyway")
-    times_a, times_b = _steady(a), _steady(b)
+    samples_a, samples_b = (r.get("metrics", {}).get("samples_per_step") for r in (a, b))
+    unit = "sample" if samples_a and samples_b and samples_a != samples_b else "step"
+    per_a, per_b = (samples_a, samples_b) if unit == "sample" else (1, 1)
+    times_a, times_b = np.asarray(_steady(a)) / per_a, np.asarray(_steady(b)) / per_b
     step_a, step_b = float(np.median(times_a)), float(np.median(times_b))
     noise = math.hypot(_mad(times_a), _mad(times_b))
     change = step_b - step_a
     rows = []
+    unfamilied = [side for side, r in (("A", a), ("B", b)) if _families(r) is None]
     for kind, read in (("phase", _phases), ("op family", _families)):
         side_a, side_b = read(a), read(b)
+        if side_a is None or side_b is None:
+            continue
         for name in dict.fromkeys([*side_a, *side_b]):
-            va, vb = side_a.get(name, 0.0), side_b.get(name, 0.0)
+            va, vb = side_a.get(name, 0.0) / per_a, side_b.get(name, 0.0) / per_b
             delta = vb - va
             rows.append({"kind": kind, "name": name, "a_s": va, "b_s": vb, "delta_s": delta,
                          "share": delta / change if change else float("nan"), "cause": abs(delta) > noise})
     rows.sort(key=lambda r: (r["kind"] != "phase", -abs(r["delta_s"])))
-    return Diff(a, b, rows, step_a, step_b, noise, incomparable)
+    return Diff(a, b, rows, step_a, step_b, noise, incomparable, unit, unfamilied)
 
 
 def _ms(seconds: float) -> str:
@@ -123,7 +110,8 @@ def _ms(seconds: float) -> str:
 
 
 def _table(d: Diff, kind: str) -> tuple[tuple[str, ...], list[tuple]]:
-    headers = (kind, "A ms/step", "B ms/step", "Δ ms/step", "share of Δ step", "")
+    u = d.unit
+    headers = (kind, f"A ms/{u}", f"B ms/{u}", f"Δ ms/{u}", f"share of Δ {u}", "")
     rows = [(r["name"], f"{r['a_s'] * 1e3:.2f}", f"{r['b_s'] * 1e3:.2f}", _ms(r["delta_s"]),
              "" if math.isnan(r["share"]) else f"{r['share']:.0%}", "cause" if r["cause"] else "within noise")
             for r in d.rows if r["kind"] == kind]
@@ -131,17 +119,25 @@ def _table(d: Diff, kind: str) -> tuple[tuple[str, ...], list[tuple]]:
 
 
 def _name(record: dict[str, Any]) -> str:
-    samples = record.get("metrics", {}).get("samples_per_step")  # per-step figures of unlike batches differ so
+    samples = record.get("metrics", {}).get("samples_per_step")
     return f"{record.get('label')} ({record.get('suite')}/{record.get('run_id')}; {samples} samples per step)"
 
 
 def _blocks(d: Diff, plot: Path | None) -> list[Block]:
     """The diff as a document (benchbay.document): Markdown and HTML say the same."""
     head = [f"A: {_name(d.a)}", f"B: {_name(d.b)}",
-            f"median step: {d.step_a * 1e3:.2f} → {d.step_b * 1e3:.2f} ms ({_ms(d.step_b - d.step_a)} ms); "
+            f"median step{' per sample' if d.unit == 'sample' else ''}: {d.step_a * 1e3:.2f} → {d.step_b * 1e3:.2f} ms ({_ms(d.step_b - d.step_a)} ms); "
             f"noise floor ±{d.noise_s * 1e3:.2f} ms (step spread of both runs): a change inside it is not a cause"]
+    if d.unit == "sample":
+        head.append("the batches differ: every figure is per sample (the side's per-step figure over its samples "
+                    "per step)")
     if d.incomparable:
         head.append("⚠ compared although not comparable (--force): " + "; ".join(d.incomparable))
+    if d.unfamilied:
+        sides = " and ".join(d.unfamilied)
+        head.append(f"by phase only: {sides} {'was' if len(d.unfamilied) == 1 else 'were'} profiled before benchbay "
+                    "recorded each op family's time (the record keeps only the top kernels); profile again "
+                    "(`benchbay profile`) to compare op families")
     blocks: list[Block] = [Heading(f"benchbay diff: {d.a.get('label')} → {d.b.get('label')}", 1),
                            *(Text(f"- {line}") for line in head)]
     for kind in ("phase", "op family"):
@@ -167,7 +163,7 @@ def _plot(d: Diff, path: Path, top: int = 12) -> Path:
             color=["tab:red" if r["delta_s"] > 0 else "tab:green" for r in rows],
             alpha=1.0)
     ax.axvspan(-d.noise_s * 1e3, d.noise_s * 1e3, color="grey", alpha=0.2, label="noise floor")
-    ax.set_xlabel("Δ ms per step (B − A)")
+    ax.set_xlabel(f"Δ ms per {d.unit} (B − A)")
     ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

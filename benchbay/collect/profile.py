@@ -8,7 +8,7 @@ process uses CUDA, device activity) and on exit writes into its folder:
   seconds per step and share of the profiled time of that kind, the rest in an ``other`` row.
 
 ``summary()`` gives what the record keeps under ``extra`` (``analyse`` gives the same from any
-stored trace): the top-ops table, seconds per step of each phase of the step (the
+stored trace): the top-ops table, seconds per step of each op family over every kernel, seconds per step of each phase of the step (the
 ``record_function`` ranges the harness and the workloads emit; on CUDA the device time of the
 kernels launched inside a range, on CPU the range's host time), the share of the profiled device
 time the GPU sat idle between kernels (launch-bound time) and host-device syncs per step (the
@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
+
+from benchbay.collect.op_family import family
 
 PHASES = ("data", "frozen_encoders", "forward", "backward", "optimizer", "communication")
 TOP_OPS = 15
@@ -96,6 +98,7 @@ def analyse(trace_path: Path) -> dict[str, Any]:
     return {
         "profiled_steps": len(trace.steps),
         "profile_top_ops": trace.top_ops(steps),
+        "profile_families": trace.family_seconds(steps),
         "phases": trace.phase_seconds(steps),
         "phase_clock": "device" if trace.device else "host",
         "idle_gap_share": trace.idle_gap_share(),
@@ -142,8 +145,9 @@ class Trace:
         self._thread_starts = {k: [e["ts"] for e in ops] for k, ops in self.thread_ops.items()}
 
     # ---- what took the time ---------------------------------------------------------------------
-    def top_ops(self, steps: int, top: int = TOP_OPS) -> list[dict[str, Any]]:
-        """Kernels by device time on CUDA, operators by self host time on CPU; the rest as ``other``."""
+    def _op_times(self) -> tuple[Counter, Counter]:
+        """Microseconds and calls of each kernel by device time on CUDA, each operator by self
+        host time on CPU."""
         time_us, calls = Counter(), Counter()
         if self.device:
             for e in self.device:
@@ -152,6 +156,18 @@ class Trace:
         else:
             time_us = self._self_times()
             calls.update(e["name"] for e in self.ops)
+        return time_us, calls
+
+    def family_seconds(self, steps: int) -> dict[str, float]:
+        """Seconds per step of each op family (``op_family``) over every kernel (operator on CPU)."""
+        seconds: Counter = Counter()
+        for name, t in self._op_times()[0].items():
+            seconds[family(name)] += t / 1e6 / steps
+        return dict(seconds.most_common())
+
+    def top_ops(self, steps: int, top: int = TOP_OPS) -> list[dict[str, Any]]:
+        """Kernels by device time on CUDA, operators by self host time on CPU; the rest as ``other``."""
+        time_us, calls = self._op_times()
         total = sum(time_us.values()) or 1.0
         ranked = time_us.most_common()
         rows = [(name, calls[name], t) for name, t in ranked[:top]]

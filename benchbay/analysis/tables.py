@@ -298,7 +298,9 @@ def equivalent_groups(summary: pd.DataFrame, label_groups: Sequence[Sequence[str
     else points equal in every knob and param except compile and CUDA graphs."""
     ok = summary[(summary["status"] == Status.OK) & summary["losses"].map(lambda v: isinstance(v, list) and len(v) > 0)]
     if label_groups:
-        groups = [ok[ok["label"].isin(labels)] for labels in label_groups]
+        # in the suite's order: the first label named is the reference the others follow
+        groups = [ok[ok["label"].isin(labels)].sort_values("label", key=lambda c: c.map(list(labels).index),
+                                                           kind="stable") for labels in label_groups]
     else:
         same = [c for c in ["suite", "workload", *param_columns(ok), *knob_columns(ok)]
                 if c in ok.columns and c not in NUMERICALLY_NEUTRAL]

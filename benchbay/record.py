@@ -100,7 +100,12 @@ class Record:
     def from_json(cls, data: Any) -> Record:
         """A stored record (fields this class does not know are not kept: read the JSON for them);
         ValueError, saying what is wrong, for one that is not a record of a schema this reads."""
-        data = validate(data)
+        return cls.from_valid(validate(data))
+
+    @classmethod
+    def from_valid(cls, data: dict[str, Any]) -> Record:
+        """A record of JSON that ``validate`` has passed already (``store.read_records``' records):
+        not checked twice."""
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
     @property

@@ -40,6 +40,25 @@ SEARCH_KNOB = "search_knob"
 #: the figure of ``extra`` that is a data loader's own throughput over its measured window (the
 #: decode workload's): a loader's samples/s is what it delivered (benchbay.runner.derived_metrics)
 DELIVERED_RATE = "loader_samples_per_s"
+#: the names benchbay writes under ``metrics`` and ``series`` (by line: the step timer; the worker;
+#: the runner's throughput; memory; the system sampler; energy; update fidelity; the launchers; older
+#: runs'; then the series). A flat frame spreads both beside the knobs (benchbay.analysis.frame): a
+#: frame without ``knob_names`` tells its knobs from them by these names (benchbay.analysis.compare)
+FIGURES = frozenset("""
+    step_time_s step_time_mean_s step_time_p10_s step_time_p90_s step_time_cv
+    build_s first_step_s warmup_steps measured_steps samples_per_step flops_per_sample frozen_flops_per_sample
+        data_wait_s data_wait_share loader_s oom_step error_step
+    samples_per_s samples_per_s_per_gpu mfu peak_flops
+    peak_mem_allocated_gib peak_mem_reserved_gib alloc_retries num_ooms device_mem_total_gib nvml_mem_used_gib
+        host_rss_gib peak_host_rss_gib mem_allocated_gib mem_reserved_gib
+    cpu_util_mean cpu_util_cv child_cpu_util_mean gpu_util_mean gpu_power_w_mean gpu_sm_clock_mhz_mean
+    energy_j_per_sample energy_watts
+    update_applied_share update_applied_share_se update_lost_share fidelity_sampled_elements
+    step_time_rank_spread exit_code signal
+    compile_time_s
+    step_times_s losses grad_norms data_waits_s cpu_util cpu_util_t child_cpu_util gpu_util gpu_power_w
+        gpu_sm_clock_mhz
+""".split())
 
 
 @dataclass(kw_only=True)
@@ -81,7 +100,12 @@ class Record:
     def from_json(cls, data: Any) -> Record:
         """A stored record (fields this class does not know are not kept: read the JSON for them);
         ValueError, saying what is wrong, for one that is not a record of a schema this reads."""
-        data = validate(data)
+        return cls.from_valid(validate(data))
+
+    @classmethod
+    def from_valid(cls, data: dict[str, Any]) -> Record:
+        """A record of JSON that ``validate`` has passed already (``store.read_records``' records):
+        not checked twice."""
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
     @property

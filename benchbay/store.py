@@ -157,7 +157,7 @@ def read_records(run: Path) -> list[dict[str, Any]]:
 
 def typed_records(run: Path) -> list[Record]:
     """Every record of a run as ``Record`` (``read_records``: its JSON, all fields kept)."""
-    return [Record.from_json(r) for r in read_records(run)]
+    return [Record.from_valid(r) for r in read_records(run)]
 
 
 def find_runs(paths: Iterable[str | Path], root: str | Path = "results") -> list[Path]:

@@ -6,14 +6,17 @@ import re
 import numpy as np
 import pytest
 
-from benchbay.analysis.compare import compare, format_compare
+from benchbay.analysis.compare import compare, format_compare, point_key_columns
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.gate import format_no_baseline, gate, loss_equivalence
 from benchbay.analysis.history import history
 from benchbay.analysis.thresholds import format_threshold, parse_threshold
 from benchbay.baselines import find_baseline, list_baselines, save_baseline
 from benchbay.record import Record
-from benchbay.store import append_record, load_runs, write_manifest
+from benchbay.runner import SuiteRunner
+from benchbay.store import append_record, load_runs, read_records, write_manifest
+from benchbay.suite import load
+from tests.conftest import ROOT, TINY, write_suite
 
 ENV = {"machine_key": "nvidia-h200x1-cuda13.0-torch2.11.0", "gpu": "NVIDIA H200", "gpu_count": 1,
        "driver": "580.159", "cuda": "13.0", "torch": "2.11.0", "python": "3.12.3", "git_commit": "c0"}
@@ -202,6 +205,26 @@ def test_knob_columns_found_without_knob_names():
     table = compare(base, cand, metrics=["step_time"])
     assert list(table["point"]) == ["baseline", "+compile"]
     assert {"mbs", "compile", "param.preset"} <= set(table.columns)
+
+
+def test_no_figure_of_a_record_passes_for_a_knob(tmp_path, in_process):
+    """Without ``knob_names``, compare takes each column it does not know for a knob: every field and
+    figure of a record must be one it knows (benchbay.record.FIGURES): the stored runs' (GPU points,
+    ooms, errors, a timeout) and a fresh CPU point's (a figure added since the last stored run)."""
+    path = write_suite(tmp_path / "fresh.yaml", f"""
+name: fresh
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+steps: {{warmup: 1, measure: 2}}
+timeout: 120
+""")
+    fresh = SuiteRunner(load(path), tmp_path / "results", launcher=in_process).run_all()
+    records = read_records(fresh.run) + [json.loads(line) for run in sorted(ROOT.glob("results/*/*/records.jsonl"))
+                                         for line in run.read_text().splitlines() if line.strip()]
+    frame = records_to_frame(records)
+    # no more than the knobs: the decoders' ``device`` knob shares the record's ``device`` column
+    # (one a frame without knob_names cannot tell), so not all of them
+    assert set(point_key_columns(frame.drop(columns="knob_names"))) <= set(point_key_columns(frame))
 
 
 def test_points_missing_on_one_side():

@@ -40,6 +40,19 @@ class Annotated(Tiny):
         return loss, parts
 
 
+class Ahead(Annotated):
+    """Annotated with ``ahead`` batches made ahead (a video loader's), each step's batch named in the trace."""
+
+    params = {**Annotated.params, "ahead": 0}
+
+    def batches_ahead(self) -> int:
+        return self.params["ahead"]
+
+    def batch(self, step):
+        with record_function(f"batch {step}"):
+            return super().batch(step)
+
+
 def profile_tiny(out_dir, sync=False, device="cpu"):
     """A point of ``Annotated`` profiled through the worker's own loop, in this process: its
     profiler's summary (with the point's other extra figures)."""
@@ -82,9 +95,27 @@ def test_deliberate_item_counts_as_a_sync_per_step(tmp_path):
     assert profile_tiny(tmp_path / "p", sync=True)["syncs_per_step"] == 1
 
 
+@pytest.mark.parametrize(("ahead", "steps", "timed"), [
+    (2, Steps(warmup=1, measure=2), 1 + 2 + 2),  # the suite's warm-up, the batches ahead, the measured steps
+    (0, Steps(warmup=1, measure=8, max_measure_s=0.0), 1 + 3),  # the budget ends the measurement early
+])
+def test_profiled_steps_are_the_ones_after_the_timed_steps(tmp_path, ahead, steps, timed):
+    """However many steps the worker times (warm-up over batches made ahead, a measure budget
+    spent), the profiler records the steps after them: none of the timed steps runs traced."""
+    spec = PointSpec(workload="tests.test_profile:Ahead", params={"ahead": ahead}, knobs={"precision": "fp32"},
+                     steps=steps, device="cpu", timeout=120, profile=True, profile_dir=str(tmp_path / "p"))
+    out = InProcessLauncher().run(spec, tmp_path / "p")
+    assert out.status == "ok", out.reason
+    assert len(out.series["step_times_s"]) == timed and out.extra["profiled_steps"] == PROFILED_STEPS
+    events = json.loads((tmp_path / "p" / "trace.json").read_text())["traceEvents"]
+    batches = {e["name"] for e in events if e.get("name", "").startswith("batch ")}
+    # the first step after the timed ones is the profiler's own warm-up, traced but not kept
+    assert batches == {f"batch {i}" for i in range(timed + 1, timed + 1 + PROFILED_STEPS)}
+
+
 def test_failed_step_leaves_no_analysis(tmp_path):
     with pytest.raises(ValueError):
-        with StepProfiler(tmp_path / "p", warmup=0, active=2) as profiler:
+        with StepProfiler(tmp_path / "p", active=2) as profiler:
             profiler.step()
             raise ValueError("step failed")
     assert not (tmp_path / "p" / "trace.json").exists()

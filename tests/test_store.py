@@ -53,6 +53,16 @@ def test_a_record_reads_back_as_written(tmp_path):
     assert Record.from_json(stored) == written
 
 
+def test_typed_records_validate_each_record_once(tmp_path, monkeypatch):
+    run = store.run_dir(tmp_path, "s", "r1")
+    for i in (1, 2):
+        store.append_record(run, record(i))
+    validate, checked = store.validate, []
+    monkeypatch.setattr(store, "validate", lambda data: checked.append(data) or validate(data))  # read_records'
+    monkeypatch.setattr("benchbay.record.validate", lambda data: pytest.fail("a record validated again"))
+    assert store.typed_records(run) == [record(1), record(2)] and len(checked) == 2
+
+
 def test_unknown_run_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no run, suite folder or records file called 'nope'"):
         store.find_runs(["nope"], root=tmp_path)

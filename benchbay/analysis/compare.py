@@ -57,7 +57,7 @@ from benchbay.analysis.stats import (
     mann_whitney_p,
 )
 from benchbay.markdown import markdown_table
-from benchbay.record import DELIVERED_RATE, Record, Status
+from benchbay.record import DELIVERED_RATE, FIGURES, Record, Status
 
 
 class Verdict(StrEnum):
@@ -150,14 +150,8 @@ DEFAULT_OPTIONS = CompareOptions()
 ENV_KEYS = ("gpu", "driver", "cuda", "torch")
 
 #: columns that are not knobs, to find knob columns in a frame without ``knob_names``: the record's
-#: fields, and the metrics and series that a flat frame spreads beside the knobs (and ``frame``'s own)
-_RECORD_FIELDS = frozenset({f.name for f in fields(Record)} | set(
-    """step_time_s step_time_mean_s step_time_p10_s step_time_p90_s step_time_cv first_step_s
-    warmup_steps measured_steps samples_per_step samples_per_s samples_per_s_per_gpu flops_per_sample
-    frozen_flops_per_sample mfu peak_flops peak_mem_allocated_gib peak_mem_reserved_gib
-    device_mem_total_gib alloc_retries num_ooms nvml_mem_used_gib host_rss_gib cpu_util_mean cpu_util_cv
-    gpu_util_mean gpu_power_w_mean gpu_sm_clock_mhz_mean oom_step exit_code signal compile_time_s
-    step_times_s losses cpu_util cpu_util_t knob_names path run_dir""".split()))
+#: fields, and the metrics and series that a flat frame spreads beside the knobs
+_RECORD_FIELDS = frozenset({f.name for f in fields(Record)} | FIGURES)
 _NON_KNOB_PREFIXES = ("env.", "extra.", "health.", "param.", "metrics.", "series.", "rank")
 
 

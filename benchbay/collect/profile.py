@@ -1,7 +1,8 @@
 """torch.profiler over a few steady steps of a point, and what its trace says.
 
-``StepProfiler`` records ``active`` steps right after the warm-up (host activity and, when the
-process uses CUDA, device activity) and on exit writes into its folder:
+``StepProfiler``, entered right before the steps to profile, records ``active`` of them after its
+own warm-up step (host activity and, when the process uses CUDA, device activity) and on exit
+writes into its folder:
 
 - ``trace.json``: the Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing);
 - ``top_ops.csv``: the top kernels by device time (CUDA) or operators by self host time (CPU),
@@ -43,21 +44,20 @@ OPTIMIZER_STEP_RANGE = "Optimizer.step#"
 
 
 class StepProfiler:
-    """Context manager around the step loop; ``step()`` after every step; ``summary()`` after exit.
+    """Context manager entered right before the steps to profile; ``step()`` after every step;
+    ``summary()`` after exit.
 
-    The profiler's schedule skips the first ``warmup - 1`` steps, uses the last warm-up step as
-    its own warm-up (its start-up cost stays out of the record) and records the next ``active``.
-    Under torchrun each rank writes into ``out_dir/rank<N>``."""
+    Its schedule starts where it is entered, not at a count of steps fixed beforehand: the first
+    step is its own warm-up (its start-up cost stays out of the record), the next ``active`` are
+    recorded. Under torchrun each rank writes into ``out_dir/rank<N>``."""
 
-    def __init__(self, out_dir: Path, warmup: int, active: int):
+    def __init__(self, out_dir: Path, active: int):
         world = int(os.environ.get("WORLD_SIZE", "1"))
         self.out_dir = Path(out_dir) / f"rank{os.environ.get('RANK', '0')}" if world > 1 else Path(out_dir)
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available() and torch.cuda.is_initialized():  # a CPU point on a GPU host stays CPU
             activities.append(ProfilerActivity.CUDA)
-        self._profiler = profile(activities=activities,
-                                 schedule=schedule(wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=active,
-                                                   repeat=1))
+        self._profiler = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=active, repeat=1))
         self._summary: dict[str, Any] = {"profile_dir": str(self.out_dir)}
 
     def __enter__(self) -> StepProfiler:
@@ -79,7 +79,7 @@ class StepProfiler:
 
     def _write(self) -> dict[str, Any]:
         if self._profiler.profiler is None:
-            return {"profile_error": "no step was recorded (fewer steps than warm-up + active)"}
+            return {"profile_error": "no step was recorded (fewer steps than its warm-up + active)"}
         trace = self.out_dir / "trace.json"
         self._profiler.export_chrome_trace(str(trace))
         try:

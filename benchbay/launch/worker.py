@@ -71,9 +71,9 @@ def _steady_window(times: list[float], steady: str | tuple[int, int], warmup: in
     return min(warmup, len(times) - 1), len(times)
 
 
-class _NoProfiler(contextlib.nullcontext):
-    def step(self) -> None:
-        pass
+class _NoProfiler:
+    """The profiler of a point not profiled: its steps stop before the profiled ones (``_measure``),
+    so only its summary is read."""
 
     def summary(self) -> dict[str, Any]:
         return {}
@@ -98,9 +98,7 @@ def _profiler(spec: PointSpec):
         return _NoProfiler()
     from benchbay.collect.profile import StepProfiler
 
-    # the profiler's own warm-up step (tracing already on) is the first extra step, never a timed one
-    measured = spec.steps.warmup + spec.steps.measure
-    return StepProfiler(Path(spec.profile_dir), warmup=measured + 1, active=PROFILED_STEPS)
+    return StepProfiler(Path(spec.profile_dir), active=PROFILED_STEPS)
 
 
 _STARTED = time.perf_counter()
@@ -185,7 +183,7 @@ def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler:
     extra_steps = PROFILED_STEPS + 1 if spec.profile else 0
     measure_started = 0.0
     i = 0
-    with profiler, snapshot:
+    with contextlib.ExitStack() as profiling, snapshot:
         while i < total + extra_steps:
             measured.step_index = i
             if i == 0:
@@ -201,6 +199,9 @@ def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler:
                 measure_started = time.perf_counter()
             if i == total:
                 phase("profiled steps")
+                # entered only now: the steps timed are known once they ran (batches made ahead, a
+                # loader drained, a measure budget spent); its own warm-up step is the first extra one
+                profiling.enter_context(profiler)
             if i < total:
                 measured.started.append(time.perf_counter())
                 timer.start()
@@ -221,7 +222,8 @@ def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler:
             if i == total - 1:
                 sampler.stop()
                 measured.energy.stop()
-            profiler.step()
+            if i >= total:
+                profiler.step()
             i += 1
     measured.times = timer.times()
 

@@ -266,12 +266,12 @@ def _breakdown_blocks(points: pd.DataFrame, meta: SuiteMeta, stem: str, out_dir:
 def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, stem: str,
                  out_dir: Path) -> list[Block]:
     groups = equivalent_groups(points, meta.equivalent)
-    figure = plots.loss_curves(groups, out_dir / f"{stem}-losses.png")
+    tolerance = {"rtol": LOSS_RTOL, "atol": LOSS_ATOL, **meta.equivalent_tolerance}
+    figure = plots.loss_curves(groups, out_dir / f"{stem}-losses.png", **tolerance)
     if figure is None:
         return []
     blocks: list[Block] = [Heading("Loss curves of equivalent points", 3),
-                           Image(figure, "losses of points that should train alike")]
-    tolerance = {"rtol": LOSS_RTOL, "atol": LOSS_ATOL, **meta.equivalent_tolerance}
+                           Image(figure, "losses of points that should train alike, and their difference from the first")]
     blocks.append(Text(f"Within tolerance: every step's loss within {tolerance['atol']:g} + "
                        f"{tolerance['rtol']:.1%} of the group's first point's (same seed, same data)."))
     for i, group in enumerate(groups):

@@ -357,7 +357,7 @@ def test_plots_return_none_without_data(tmp_path, train):
     assert plots.batch_scaling(failed, tmp_path / "a.png") is None
     assert plots.step_time_distributions(failed, tmp_path / "b.png") is None
     assert plots.decoder_latency(failed, tmp_path / "c.png") is None
-    assert plots.loss_curves([], tmp_path / "d.png") is None
+    assert plots.loss_curves([], tmp_path / "d.png", rtol=0.02, atol=0.0) is None
     assert not list(tmp_path.iterdir())
 
 

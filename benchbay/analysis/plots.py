@@ -131,21 +131,36 @@ def step_time_distributions(summary: pd.DataFrame, path: Path) -> Path | None:
     return save(fig, path)
 
 
-def loss_curves(groups: Sequence[pd.DataFrame], path: Path) -> Path | None:
-    """Loss per step of each group of points that should train alike, one panel per group."""
+def loss_curves(groups: Sequence[pd.DataFrame], path: Path, rtol: float, atol: float) -> Path | None:
+    """Per group of points that should train alike: each point's loss per step and, below it, its
+    difference from the group's first point relative to that point's loss, inside the band the
+    tolerance allows (atol + rtol * |first|): where losses swing by 10x, only the second reads."""
     if not groups:
         return None
-    fig = Figure(figsize=(6 * min(len(groups), 3), 3.8 * -(-len(groups) // 3)))
-    axes = np.atleast_1d(fig.subplots(-(-len(groups) // 3), min(len(groups), 3), squeeze=False)).ravel()
-    for ax, group in zip(axes, groups, strict=False):  # spare axes are hidden below
+    cols, rows = min(len(groups), 3), -(-len(groups) // 3)
+    fig = Figure(figsize=(6 * cols, 6.4 * rows))
+    axes = fig.subplots(2 * rows, cols, squeeze=False)
+    for i in range(rows * cols):
+        top, bottom = axes[2 * (i // cols), i % cols], axes[2 * (i // cols) + 1, i % cols]
+        if i >= len(groups):
+            top.set_visible(False)
+            bottom.set_visible(False)
+            continue
+        group = groups[i]
+        reference = np.asarray(group["losses"].iloc[0], dtype=float)
         for _, point in group.iterrows():
-            ax.plot(np.arange(len(point["losses"])), point["losses"], label=point["name"], alpha=0.8)
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    for ax in axes[len(groups):]:
-        ax.set_visible(False)
+            losses = np.asarray(point["losses"], dtype=float)
+            top.plot(np.arange(losses.size), losses, label=point["name"], alpha=0.8)
+            n = min(losses.size, reference.size)
+            bottom.plot(np.arange(n), 100 * (losses[:n] - reference[:n]) / np.abs(reference[:n]), alpha=0.8)
+        band = 100 * (atol + rtol * np.abs(reference)) / np.abs(reference)
+        bottom.fill_between(np.arange(reference.size), -band, band, color="grey", alpha=0.2, label="tolerance")
+        top.set_ylabel("loss")
+        bottom.set_ylabel(f"% from {group['name'].iloc[0]}")
+        for ax in (top, bottom):
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
     return save(fig, path)
 
 

@@ -139,6 +139,44 @@ def test_optimizers_that_cannot_run_are_skipped(knobs, reason):
     assert reason in Tiny({}, values, CPU).harness_skip_reason(world_size=1)
 
 
+@pytest.mark.parametrize("knobs, reason", [
+    ({"precision": "bf16"}, "needs precision=bf16_mixed or fp32"),
+    ({"sharding": "fsdp2_full"}, "needs sharding=none"),
+    ({"offload": "optimizer"}, "offload=optimizer"),
+])
+def test_cpu_offload_refuses_what_it_cannot_step_faithfully(knobs, reason):
+    values = {**knob_table.defaults_for(Tiny), "precision": "bf16_mixed", "optimizer": "ao_cpu_offload", **knobs}
+    choice = optimizer_knob.CHOICES["ao_cpu_offload"]
+    assert reason in choice.skip_reason(values, torch.device("cuda"))
+    assert "needs a CUDA device" in choice.skip_reason(values, CPU)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torchao's CPUOffloadOptimizer needs CUDA")
+def test_cpu_offload_steps_like_fp32_adamw_with_the_clip():
+    """Gradients past the clip: the host copies, taken during backward, are stepped clipped."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(256, 256, device="cuda") * 0.02) for _ in range(2)]
+    reference = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    x = torch.randn(64, 256, device="cuda")
+    values = {**knob_table.defaults_for(Tiny), "precision": "bf16_mixed", "optimizer": "ao_cpu_offload"}
+    offload = optimizer_knob.build("ao_cpu_offload", params, torch.optim.AdamW(params, **DREAMZERO), values)
+    adamw = torch.optim.AdamW(reference, **DREAMZERO)
+    probe = UpdateFidelity(hyper_of(offload), per_tensor=1 << 20)
+    probe.start_window()
+    for _ in range(3):
+        for ws, optimizer in ((params, offload), (reference, adamw)):
+            optimizer.zero_grad(set_to_none=True)
+            (100 * (x @ ws[0] @ ws[1]).square().sum()).backward()  # a norm far past 1.0
+        norm = offload.clip_grad_norm_(params, 1.0)
+        assert float(norm) > 1.0 and float(torch.nn.utils.clip_grad_norm_(reference, 1.0)) == pytest.approx(float(norm))
+        probe.before_step()
+        offload.step()
+        adamw.step()
+    for p, r in zip(params, reference, strict=True):
+        torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-7)
+    assert probe.summary()["extra"]["fidelity"] == "faithful"
+
+
 def test_list_states_memory_per_parameter():
     text = knob_table.GENERIC["optimizer"].help
     assert all(name in text for name in optimizer_knob.CHOICES) and "B/param" in text

@@ -147,9 +147,31 @@ class TorchaoFp8(TorchaoChoice):
         return super().skip_reason(knobs, device)
 
 
+class TorchaoCPUOffload(OptimizerChoice):
+    name, state_bytes = "ao_cpu_offload", 0
+    help = ("torchao CPUOffloadOptimizer: torch's fused AdamW on the CPU over a pinned fp32 host copy of each "
+            "parameter, its gradient and state (16 B/param of host memory, 0 on the GPU), the clip applied to "
+            "the copies; needs CUDA, precision=bf16_mixed or fp32 and sharding=none")
+
+    def skip_reason(self, knobs, device):
+        if device.type != "cuda":
+            return f"optimizer={self.name}: torchao's CPUOffloadOptimizer needs a CUDA device (now {device.type})"
+        if knobs["precision"] not in ("bf16_mixed", "fp32"):
+            # its host copy takes the weights' dtype: bf16 weights would be stepped rounded to nearest
+            return f"optimizer={self.name} steps fp32 host copies: it needs precision=bf16_mixed or fp32"
+        if knobs["sharding"] != "none":
+            return f"optimizer={self.name} steps whole parameters of one GPU: it needs sharding=none"
+        return super().skip_reason(knobs, device)
+
+    def build(self, params, hyper, workload_optimizer, knobs):
+        from benchbay.knobs.ao_offload import ClippedCPUOffload
+
+        return ClippedCPUOffload(params, hyper)
+
+
 CHOICES: dict[str, OptimizerChoice] = {c.name: c() for c in (
     TorchAdamW, StochasticRoundingAdamW, StochasticRounding8bit, StochasticRounding4bit, TorchaoSR, Torchao8bit,
-    Torchao4bit, TorchaoFp8)}
+    Torchao4bit, TorchaoFp8, TorchaoCPUOffload)}
 
 
 def skip_reason(knobs: dict[str, Any], device: torch.device) -> str | None:

@@ -53,7 +53,9 @@ class TrainStep:
         with record_function("backward"):
             loss.backward()
         with record_function("optimizer"):
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            # an optimizer that copies gradients out during backward clips its copies too (ao_offload)
+            clip = getattr(self.optimizer, "clip_grad_norm_", torch.nn.utils.clip_grad_norm_)
+            grad_norm = clip(self.params, 1.0)
         with record_function("update_fidelity"):
             self.fidelity.before_step()
         with record_function("optimizer"):

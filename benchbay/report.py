@@ -271,7 +271,8 @@ def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, s
     if figure is None:
         return []
     blocks: list[Block] = [Heading("Loss curves of equivalent points", 3),
-                           Image(figure, "losses of points that should train alike, and their difference from the first")]
+                           Image(figure, "losses of points that should train alike, and their difference "
+                                         "from the first")]
     blocks.append(Text(f"Within tolerance: every step's loss within {tolerance['atol']:g} + "
                        f"{tolerance['rtol']:.1%} of the group's first point's (same seed, same data)."))
     for i, group in enumerate(groups):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from benchbay.analysis.diff import diff, format_markdown, profiled_record, write_diff
-from benchbay.collect.op_family import family
 from benchbay.cli import main
+from benchbay.collect.op_family import family
 
 
 def _record(label, step, backward, gemm, gpu="H200", spread=0.001):

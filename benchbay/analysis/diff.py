@@ -3,9 +3,9 @@
 Each side is one ok record with a profile (``benchbay profile``). Rows are the step's phases
 (the profile's ``record_function`` ranges, plus ``idle``: the device's idle share of the median
 step) and the op families (``benchbay.collect.op_family``) of every kernel the profile timed, each
-with the seconds per step it gained or lost and its share of the change of the median step. The noise floor is the runs' own step
-spread (the median absolute deviation of each side's step times, added in quadrature): a row
-whose change lies inside it is not named a cause. Points on another GPU, world size or workload
+with the seconds per step it gained or lost and its share of the change of the median step. The
+noise floor is the runs' own step spread (the median absolute deviation of each side's step
+times, added in quadrature): a row whose change lies inside it is not named a cause. Points on another GPU, world size or workload
 are refused unless ``force``. A profile recorded before its families were (only its top kernels
 kept) is compared by phase alone: a kernel that fell out of a top-15 list is not a saving."""
 
@@ -126,7 +126,8 @@ def _name(record: dict[str, Any]) -> str:
 def _blocks(d: Diff, plot: Path | None) -> list[Block]:
     """The diff as a document (benchbay.document): Markdown and HTML say the same."""
     head = [f"A: {_name(d.a)}", f"B: {_name(d.b)}",
-            f"median step{' per sample' if d.unit == 'sample' else ''}: {d.step_a * 1e3:.2f} → {d.step_b * 1e3:.2f} ms ({_ms(d.step_b - d.step_a)} ms); "
+            f"median step{' per sample' if d.unit == 'sample' else ''}: {d.step_a * 1e3:.2f} → "
+            f"{d.step_b * 1e3:.2f} ms ({_ms(d.step_b - d.step_a)} ms); "
             f"noise floor ±{d.noise_s * 1e3:.2f} ms (step spread of both runs): a change inside it is not a cause"]
     if d.unit == "sample":
         head.append("the batches differ: every figure is per sample (the side's per-step figure over its samples "

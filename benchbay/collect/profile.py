@@ -9,7 +9,8 @@ writes into its folder:
   seconds per step and share of the profiled time of that kind, the rest in an ``other`` row.
 
 ``summary()`` gives what the record keeps under ``extra`` (``analyse`` gives the same from any
-stored trace): the top-ops table, seconds per step of each op family over every kernel, seconds per step of each phase of the step (the
+stored trace): the top-ops table, seconds per step of each op family over every kernel and of
+each phase of the step (the
 ``record_function`` ranges the harness and the workloads emit; on CUDA the device time of the
 kernels launched inside a range, on CPU the range's host time), the share of the profiled device
 time the GPU sat idle between kernels (launch-bound time) and host-device syncs per step (the

@@ -6,8 +6,9 @@ step) and the op families (``benchbay.collect.op_family``) of every kernel the p
 with the seconds per step it gained or lost and its share of the change of the median step. The
 noise floor is the runs' own step spread (the median absolute deviation of each side's step
 times, added in quadrature): a row whose change lies inside it is not named a cause. Points on
-another GPU, world size or workload are refused unless ``force``. A profile recorded before its families were (only its top kernels
-kept) is compared by phase alone: a kernel that fell out of a top-15 list is not a saving."""
+another GPU, world size or workload are refused unless ``force``. A profile recorded before its
+families were (only its top kernels kept) is compared by phase alone: a kernel that fell out of a
+top-15 list is not a saving."""
 
 from __future__ import annotations
 

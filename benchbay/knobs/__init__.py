@@ -65,6 +65,10 @@ GENERIC: dict[str, Knob] = {
     "cudnn_benchmark": Knob(False, "torch.backends.cudnn.benchmark: time cuDNN's convolution algorithms at each "
                             "new shape and keep the fastest (DreamZero's VAE conv3d, Qwen2.5-VL's patch embedding)",
                             (False, True)),
+    "emulate_precision_casts": Knob(False, "torch._inductor.config.emulate_precision_casts: compiled code rounds "
+                                    "to bf16 where eager does, so a compiled point does eager's arithmetic (to "
+                                    "tell compile's rounding from a change of numerics); needs compile != off",
+                                    (False, True)),
     "ddp_static_graph": Knob(False, "DDP static_graph", (False, True)),
     "ddp_gradient_as_bucket_view": Knob(False, "DDP gradient_as_bucket_view", (False, True)),
     "ddp_bucket_cap_mb": Knob(25, "DDP bucket_cap_mb", type=int),

@@ -21,6 +21,8 @@ def skip_reason(workload_cls: type, knobs: dict[str, Any], device_type: str, wor
         return "cudnn_benchmark=True may pick non-deterministic algorithms: it contradicts deterministic=True"
     if knobs["cuda_graph"] != "off" and device_type != "cuda":
         return f"cuda_graph={knobs['cuda_graph']} needs a CUDA device (running on {device_type})"
+    if knobs["emulate_precision_casts"] and knobs["compile"] == "off":
+        return "emulate_precision_casts=True changes what inductor generates: it needs compile != off"
     if knobs["cuda_graph"] == "step" and knobs["compile"] == "off":
         return "cuda_graph=step runs the compiled regions as CUDA graphs: it needs compile != off"
     if knobs["cuda_graph"] == "step" and knobs["sharding"].startswith("fsdp2"):

@@ -181,6 +181,8 @@ def test_compile_counters_count_graph_breaks_and_recompiles():
     counters = compile_counters()
     assert counters["graph_breaks"] == 2 and counters["recompiles"] >= 1 and counters["compiled_graphs"] >= 4
     assert counters["cudagraph_skips"] == 0 and counters["compile_cache_hits"] == 0  # the eager backend caches nothing
+    assert any("graph_break" in reason or "Call to" in reason for reason in counters["graph_break_reasons"]), \
+        counters["graph_break_reasons"]
 
 
 def test_memory_snapshot_is_a_noop_with_a_reason_on_cpu(tmp_path):

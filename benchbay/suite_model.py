@@ -120,6 +120,10 @@ class Suite:
     def world_size(self) -> int:
         return self.devices.nproc * self.devices.nnodes
 
+    @property
+    def point_labels(self) -> list[str]:
+        return _labels(self.points)
+
     def expand(self, device: str = "cpu") -> list[Point]:
         """Every sweep point for a device type: explicit points x grid product x zipped axes,
         excludes marked. A point may name its own workload (``workload: {name, params}``)."""
@@ -165,6 +169,7 @@ class SuiteMeta:
     equivalent_tolerance: dict[str, float] = field(default_factory=dict)
     price_per_gpu_hour: Any = None  # checked where read (analysis.cost.prices): a stored one is untrusted
     gate: list[str] = field(default_factory=list)  # thresholds, parsed (and refused) where gated
+    point_labels: list[str] = field(default_factory=list)  # sweep.points' labels: the tables' order
 
     @classmethod
     def of(cls, suite: Suite) -> SuiteMeta:
@@ -180,7 +185,8 @@ class SuiteMeta:
                    search=None if search is None else Search(**{k: v for k, v in search.items() if k in known}),
                    equivalent=list(raw.get("equivalent") or []),
                    equivalent_tolerance=dict(raw.get("equivalent_tolerance") or {}),
-                   price_per_gpu_hour=raw.get("price_per_gpu_hour"), gate=list(raw.get("gate") or []))
+                   price_per_gpu_hour=raw.get("price_per_gpu_hour"), gate=list(raw.get("gate") or []),
+                   point_labels=_labels((raw.get("sweep") or {}).get("points") or []))
 
     @classmethod
     def of_run(cls, run: Path) -> SuiteMeta:
@@ -191,6 +197,12 @@ class SuiteMeta:
     def batch_knob(self) -> str:
         """The knob the batch-size sections read: the search's, else the one a search takes by default."""
         return (self.search or Search()).knob
+
+
+def _labels(points: Any) -> list[str]:
+    """The labels of a suite's explicit points, in order (a stored suite's points are unchecked)."""
+    return [p["label"] for p in points if isinstance(p, Mapping) and isinstance(p.get("label"), str)] \
+        if isinstance(points, list) else []
 
 
 def _workload_node(node: str | dict[str, Any]) -> dict[str, Any]:

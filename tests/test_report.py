@@ -511,3 +511,17 @@ def test_a_breakdown_names_its_missing_labels_and_a_loss_table_says_why_step_0_d
     assert "missing: no record of +never_run in the runs reported" in md
     assert ("+attention differ from baseline at step 0, the loss before any update: they did not start from the same "
             "weights and batch (runs 20261130-000000-next against 20261129-161500-rain") in md
+
+
+def test_the_sweep_table_follows_the_suites_order(train_records, tmp_path):
+    ours = [r["label"] for r in train_records if r["suite"] == "fixture-train" and r["label"]]
+    labels = list(dict.fromkeys(ours))[::-1]
+    meta = SuiteMeta.from_raw({"name": "fixture-train", "sweep": {"points": [{"label": x} for x in labels]}})
+    build_report(records_to_frame(train_records), tmp_path, suite_meta=meta)
+    text = (tmp_path / "report.md").read_text()
+    sweep = text[text.index("### Sweep"):]
+    rows = [line.split("|")[1].strip() for line in sweep.split("\n\n", 3)[1].splitlines()[2:]]
+    assert [row for row in rows if row in labels] == labels
+    # a stored suite's points are unchecked: what is not a labelled point is passed over
+    assert SuiteMeta.from_raw({"sweep": {"points": [1, {"label": 2}, {"label": "a"}]}}).point_labels == ["a"]
+    assert SuiteMeta.from_raw({"sweep": {"points": "x"}}).point_labels == []

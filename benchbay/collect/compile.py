@@ -19,8 +19,8 @@ def compile_counters() -> dict[str, Any]:
     ``compiled_graphs``: graphs compiled; ``cudagraph_skips``: graphs inductor did not run as CUDA
     graphs (an input on the CPU, a mutation...) although asked to; ``compile_cache_hits``: graphs
     inductor or AOTAutograd loaded from ``TORCHINDUCTOR_CACHE_DIR`` instead of compiling; and, where
-there were breaks, ``graph_break_reasons``: the first line of each distinct reason dynamo gave,
-with its count (a compiled region that breaks runs in part eager: the reason says why)."""
+    there were breaks, ``graph_break_reasons``: the first line of each distinct reason dynamo gave,
+    with its count (a compiled region that breaks runs in part eager: the reason says why)."""
     none = dict.fromkeys(COUNTERS)
     if "torch._dynamo" not in sys.modules:
         return none

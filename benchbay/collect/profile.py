@@ -10,16 +10,17 @@ writes into its folder:
 
 ``summary()`` gives what the record keeps under ``extra`` (``analyse`` gives the same from any
 stored trace): the top-ops table, seconds per step of each op family over every kernel and of
-each phase of the step (the
-``record_function`` ranges the harness and the workloads emit; on CUDA the device time of the
-kernels launched inside a range, on CPU the range's host time), the share of the profiled device
-time the GPU sat idle between kernels (launch-bound time) and host-device syncs per step (the
-compiler's counters are in every record: ``benchbay.collect.compile``)."""
+each phase of the step (the ``record_function`` ranges the harness and the workloads emit; on
+CUDA the device time of the kernels launched inside a range, on CPU the range's host time), the
+share of the profiled device time the GPU sat idle between kernels (launch-bound time) and
+host-device syncs per step (the compiler's counters are in every record:
+``benchbay.collect.compile``)."""
 
 from __future__ import annotations
 
 import bisect
 import csv
+import functools
 import json
 import os
 from collections import Counter, defaultdict
@@ -146,9 +147,10 @@ class Trace:
         self._thread_starts = {k: [e["ts"] for e in ops] for k, ops in self.thread_ops.items()}
 
     # ---- what took the time ---------------------------------------------------------------------
+    @functools.cached_property
     def _op_times(self) -> tuple[Counter, Counter]:
         """Microseconds and calls of each kernel by device time on CUDA, each operator by self
-        host time on CPU."""
+        host time on CPU (one walk of the trace for the top ops and the families)."""
         time_us, calls = Counter(), Counter()
         if self.device:
             for e in self.device:
@@ -162,13 +164,13 @@ class Trace:
     def family_seconds(self, steps: int) -> dict[str, float]:
         """Seconds per step of each op family (``op_family``) over every kernel (operator on CPU)."""
         seconds: Counter = Counter()
-        for name, t in self._op_times()[0].items():
+        for name, t in self._op_times[0].items():
             seconds[family(name)] += t / 1e6 / steps
         return dict(seconds.most_common())
 
     def top_ops(self, steps: int, top: int = TOP_OPS) -> list[dict[str, Any]]:
         """Kernels by device time on CUDA, operators by self host time on CPU; the rest as ``other``."""
-        time_us, calls = self._op_times()
+        time_us, calls = self._op_times
         total = sum(time_us.values()) or 1.0
         ranked = time_us.most_common()
         rows = [(name, calls[name], t) for name, t in ranked[:top]]

@@ -37,6 +37,7 @@ from benchbay.analysis.tables import (
     device_word,
     effective_throughput,
     equivalent_groups,
+    in_label_order,
     loss_agreement,
     point_summary,
     sweep_table,
@@ -438,9 +439,7 @@ def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay r
     for suite, points in summary.groupby("suite", sort=False):
         meta = metas.get(suite) or SuiteMeta(name=suite)
         # the suite's order, not the records' (a resumed --point run appends its points last)
-        order = {label: i for i, label in enumerate(meta.point_labels)}
-        points = points.sort_values("label", key=lambda c: c.map(lambda label: order.get(label, len(order))),
-                                    kind="stable")
+        points = in_label_order(points, meta.point_labels)
         blocks += _suite_blocks(points.reset_index(drop=True), df[df["suite"] == suite], meta, out_dir)
     blocks += _scaling_blocks(df, "scaling", out_dir)  # across suites: one configuration at several sizes
     (out_dir / "report.md").write_text(document.markdown(blocks))

@@ -293,14 +293,20 @@ def effective_throughput(summary: pd.DataFrame, knob: str = "mbs", headroom_gib:
 NUMERICALLY_NEUTRAL = ("compile", "cuda_graph")
 
 
+def in_label_order(points: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
+    """``points`` in the order of ``labels`` (a suite's), those it does not name last in their own order."""
+    order = {label: i for i, label in enumerate(labels)}
+    return points.sort_values("label", key=lambda c: c.map(lambda label: order.get(label, len(order))),
+                              kind="stable")
+
+
 def equivalent_groups(summary: pd.DataFrame, label_groups: Sequence[Sequence[str]] | None = None) -> list[pd.DataFrame]:
     """Groups of ok points with losses that should train alike: the suite's label groups if given,
     else points equal in every knob and param except compile and CUDA graphs."""
     ok = summary[(summary["status"] == Status.OK) & summary["losses"].map(lambda v: isinstance(v, list) and len(v) > 0)]
     if label_groups:
         # in the suite's order: the first label named is the reference the others follow
-        groups = [ok[ok["label"].isin(labels)].sort_values("label", key=lambda c: c.map(list(labels).index),
-                                                           kind="stable") for labels in label_groups]
+        groups = [in_label_order(ok[ok["label"].isin(labels)], labels) for labels in label_groups]
     else:
         same = [c for c in ["suite", "workload", *param_columns(ok), *knob_columns(ok)]
                 if c in ok.columns and c not in NUMERICALLY_NEUTRAL]

@@ -219,8 +219,8 @@ steps: {{warmup: 1, measure: 2}}
 timeout: 120
 """)
     fresh = SuiteRunner(load(path), tmp_path / "results", launcher=in_process).run_all()
-    records = read_records(fresh.run) + [json.loads(line) for run in sorted(ROOT.glob("results/*/*/records.jsonl"))
-                                         for line in run.read_text().splitlines() if line.strip()]
+    records = read_records(fresh.run) + [r for run in sorted(ROOT.glob("results/*/*/records.jsonl"))
+                                         for r in read_records(run.parent)]
     frame = records_to_frame(records)
     # no more than the knobs: the decoders' ``device`` knob shares the record's ``device`` column
     # (one a frame without knob_names cannot tell), so not all of them

@@ -300,7 +300,14 @@ def test_gpu_backends_match_the_cpu_on_v3(pair, name):
         pytest.skip(reason)
     _, v3 = pair
     path, indices = v3.video_path("observation.images.a", 1), [100, 101, 150]
-    frames = backend(name, Settings(device="cuda")).open(path).get_frames(indices)
-    cpu = backend("torchcodec", Settings()).open(path).get_frames(indices)
-    assert frames.is_cuda and frames.shape == cpu.shape
-    assert (frames.cpu().float() - cpu.float()).abs().mean() < 3  # NVDEC's colour conversion differs slightly
+    gpu = backend(name, Settings(device="cuda"))
+    # twice through one backend: DALI's pipeline once returned each request's frames a call late
+    for wanted in (indices, [i + 7 for i in indices]):
+        frames = gpu.open(path).get_frames(wanted)
+        cpu = backend("torchcodec", Settings()).open(path).get_frames([j for i in wanted for j in (i - 1, i, i + 1)])
+        assert frames.is_cuda and frames.shape == (len(wanted), *cpu.shape[1:])
+        # each frame is nearest the CPU's same frame, not its neighbours (NVDEC's colour conversion
+        # differs by a few levels: DALI's by ~2 of 255 on average, H200)
+        error = (frames.cpu().float()[:, None] - cpu.float().view(len(wanted), 3, *cpu.shape[1:])).abs().mean((2, 3, 4))
+        assert (error.argmin(1) == 1).all(), error
+        assert (error[:, 1] < 8).all(), error

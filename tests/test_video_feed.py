@@ -97,6 +97,22 @@ def test_wallx_steps_on_the_frames_its_loader_decodes():
     torch.testing.assert_close(pixels, QwenPatches(workload.preset)(views))
 
 
+def test_video_preset_picks_the_generated_dataset_as_lerobot_writes_it():
+    """params.video_preset: LIBERO's views in v3.0 files (several episodes a file) for Wall-X; the
+    step sees the frames that decoding the v3.0 dataset directly gives; an unknown name is refused."""
+    params = {"episodes": 2, "episode_frames": 12, "video_preset": "lerobot-libero"}
+    workload = WallX({"preset": "wallx-tiny", **params}, _video_knobs(WallX, mbs=1, video_backend="pyav"), CPU)
+    assert workload.skip_reason() is None
+    workload.build()
+    assert workload.feed.dataset.layout == "v3.0" and workload.feed.dataset.codec("observation.images.image") == "av1"
+    dataset = open_dataset(params, "lerobot-libero", 0)
+    views, _ = SampleDecoder(backend("pyav", Settings()))(CurrentFrame(dataset, 0).sample(0))
+    torch.testing.assert_close(workload.batch(0).pixel_values, QwenPatches(workload.preset)(views))
+    unknown = WallX({"preset": "wallx-tiny", "video_preset": "droid2"}, _video_knobs(WallX, mbs=1), CPU)
+    with pytest.raises(ValueError, match="video_preset: unknown dataset preset 'droid2'"):
+        unknown.skip_reason()
+
+
 def test_video_knobs_act_or_refuse():
     synthetic = DreamZero({"preset": "dreamzero-tiny"}, {"attention": "sdpa", "num_workers": 4}, CPU)
     assert "no effect with data=synthetic" in synthetic.skip_reason()

@@ -125,6 +125,10 @@ PRESETS: dict[str, ClipSpec] = {
                                  "observation.images.wrist_image_left"),
                         codec="av1", height=180, width=320, fps=15, crf=30, gop=2, episode_frames=240,
                         episodes=4, layout="v3.0"),
+    # LIBERO's 2 views as current lerobot writes them: the libero encoding in v3.0 files
+    "lerobot-libero": ClipSpec(cameras=("observation.images.image", "observation.images.wrist_image"),
+                               codec="av1", height=256, width=256, fps=10, crf=30, gop=2, episode_frames=150,
+                               episodes=4, layout="v3.0"),
 }
 
 

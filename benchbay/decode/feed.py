@@ -44,11 +44,20 @@ def video_unavailable(workload: TrainingWorkload) -> str | None:
     if knobs["data"] != "video":
         ignored = [f"{name}={knobs[name]}" for name, choice in VIDEO_KNOBS.items() if knobs[name] != choice.default]
         return f"{', '.join(ignored)}: no effect with data=synthetic" if ignored else None
-    backend = knobs["video_backend"]
+    backend, preset = knobs["video_backend"], dataset_preset(workload)  # an unknown preset: refused here
     reason = BACKENDS[backend].unavailable_reason(knobs["video_device"])
-    if reason is None and backend == "decord" and "av1" in _codecs(workload.params, workload.video_preset):
+    if reason is None and backend == "decord" and "av1" in _codecs(workload.params, preset):
         reason = "decord 0.6 cannot open AV1 videos (this dataset's codec): use torchcodec or pyav"
     return f"data=video: {reason}" if reason else None
+
+
+def dataset_preset(workload: TrainingWorkload) -> str:
+    """The PRESETS name of the dataset generated without ``params.root``: ``params.video_preset``,
+    else the workload's own; an unknown name is refused with the known ones."""
+    preset = workload.params.get("video_preset") or workload.video_preset
+    if preset not in PRESETS:
+        raise ValueError(f"workload.params.video_preset: unknown dataset preset {preset!r}; known: {sorted(PRESETS)}")
+    return preset
 
 
 def _codecs(params: dict[str, Any], preset: str) -> set[str]:
@@ -100,10 +109,10 @@ class VideoFeed:
 
 
 def open_feed(workload: TrainingWorkload, pattern: type[Pattern], pipeline: SamplePipeline) -> VideoFeed:
-    """The feed of a ``data: video`` workload: its dataset (``params.root`` or its ``video_preset``),
+    """The feed of a ``data: video`` workload: its dataset (``params.root`` or ``dataset_preset``),
     ``pattern``'s samples drawn from its seed, through ``pipeline``, ``mbs`` samples per batch."""
     seed = int(workload.knob("seed"))
-    dataset = open_dataset(workload.params, workload.video_preset, seed)
+    dataset = open_dataset(workload.params, dataset_preset(workload), seed)
     return VideoFeed(dataset, pattern(dataset, seed), pipeline, workload.knob_values, workload.mbs)
 
 

@@ -17,5 +17,6 @@ VIDEO_KNOBS = {
     "prefetch_factor": Choice((2, 4, 8), "data=video: batches each worker prepares ahead"),
     "pin_memory": Choice((True, False), "data=video: DataLoader pin_memory (with a GPU)"),
 }
-#: workload params of a video-fed workload: ``root`` an existing dataset, else one is generated
-VIDEO_PARAMS = {"root": None, "episodes": 4, "episode_frames": 240}
+#: workload params of a video-fed workload: ``root`` an existing dataset, else one is generated from
+#: ``video_preset`` (a decode.clips.PRESETS name; None: the workload's own, e.g. lerobot for v3.0 AV1)
+VIDEO_PARAMS = {"root": None, "video_preset": None, "episodes": 4, "episode_frames": 240}

@@ -59,6 +59,9 @@ DECODER_COLUMNS = (
     ("extra.sample_latency_ms_median", "per-sample median (ms)", 1.0),
     ("extra.open_ms_median", "open median (ms)", 1.0),
     ("extra.frames_per_s", "frames/s", 1.0),
+    ("extra.frames_per_cpu_s", "frames/s per core", 1.0),
+    ("extra.view_latency_ms_opened_median", "per-view, file opened (ms)", 1.0),
+    ("extra.view_latency_ms_reused_median", "per-view, decoder reused (ms)", 1.0),
     ("extra.cpu_util_mean", "CPU util (% of a core)", 1.0),
     ("extra.cpu_util_cv", "CPU CV (stability)", 1.0),
     ("extra.cpu_s_per_sample", "CPU s/sample", 1.0),
@@ -299,6 +302,16 @@ def _first_loss_note(table: pd.DataFrame, group: pd.DataFrame, records: pd.DataF
                  "Points measured in one run compare.")]
 
 
+def decoded_on(device: Any, fallback: Any) -> str:
+    """Where a decoder point's frames were decoded: a cuda point whose backend fell back to the CPU
+    (torchcodec's own word, per camera) reads as the CPU, with the backend's reason."""
+    if device != "cuda":
+        return "cpu"
+    reasons = {str(v).split("Falling back due to:")[-1].strip() for v in (fallback or {}).values()
+               if v and "Falling back" in str(v)} if isinstance(fallback, Mapping) else set()
+    return f"cpu (cuda fell back: {', '.join(sorted(reasons))})" if reasons else "cuda (NVDEC)"
+
+
 def _decoder_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Block]:
     decoders = plots.decoder_points(points)
     if decoders.empty:
@@ -306,7 +319,9 @@ def _decoder_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Bloc
     blocks: list[Block] = [Heading("Decoders", 3)]
     latency = plots.decoder_latency(points, out_dir / f"{stem}-decode_latency.png")
     blocks.append(Image(latency, "per-view decode latency"))
-    table = pd.DataFrame({"decoder": decoders["name"]})
+    table = pd.DataFrame({"decoder": decoders["name"],
+                          "decoded on": [decoded_on(*row) for row in zip(decoders.get("device", [None] * len(decoders)),
+                                                                         decoders.get("extra.cuda_fallback", [None] * len(decoders)))]})
     for column, name, scale in DECODER_COLUMNS:
         if column in decoders:
             table[name] = decoders[column].astype(float) * scale

@@ -525,3 +525,13 @@ def test_the_sweep_table_follows_the_suites_order(train_records, tmp_path):
     # a stored suite's points are unchecked: what is not a labelled point is passed over
     assert SuiteMeta.from_raw({"sweep": {"points": [1, {"label": 2}, {"label": "a"}]}}).point_labels == ["a"]
     assert SuiteMeta.from_raw({"sweep": {"points": "x"}}).point_labels == []
+
+
+def test_a_cuda_decode_that_fell_back_to_the_cpu_reads_as_the_cpu():
+    from benchbay.report import decoded_on
+
+    fell_back = {"cam": "[CUDA] Fallback status: Falling back due to: Video not supported"}
+    assert decoded_on("cuda", fell_back) == "cpu (cuda fell back: Video not supported)"
+    assert decoded_on("cuda", {"cam": "[CUDA] Fallback status: No fallback required"}) == "cuda (NVDEC)"
+    assert decoded_on("cuda", None) == "cuda (NVDEC)"  # backends without a CPU fallback (PyNvVideoCodec, DALI)
+    assert decoded_on("cpu", None) == "cpu"

@@ -319,9 +319,10 @@ def _decoder_blocks(points: pd.DataFrame, stem: str, out_dir: Path) -> list[Bloc
     blocks: list[Block] = [Heading("Decoders", 3)]
     latency = plots.decoder_latency(points, out_dir / f"{stem}-decode_latency.png")
     blocks.append(Image(latency, "per-view decode latency"))
+    missing = pd.Series([None] * len(decoders), index=decoders.index)
+    devices, fallbacks = decoders.get("device", missing), decoders.get("extra.cuda_fallback", missing)
     table = pd.DataFrame({"decoder": decoders["name"],
-                          "decoded on": [decoded_on(*row) for row in zip(decoders.get("device", [None] * len(decoders)),
-                                                                         decoders.get("extra.cuda_fallback", [None] * len(decoders)))]})
+                          "decoded on": [decoded_on(d, f) for d, f in zip(devices, fallbacks, strict=True)]})
     for column, name, scale in DECODER_COLUMNS:
         if column in decoders:
             table[name] = decoders[column].astype(float) * scale

@@ -340,7 +340,7 @@ def test_report_files_and_tables(report_dir, train_records):
     for heading in ("Sweep", "Batch size", "Optimisation breakdown", "Leave one out", "Compile and capture",
                     "Loss curves", "Decoders", "Profiles", "aten::mm"):
         assert heading in md
-    assert "| backend=torchcodec, mode=best | 21 | 25 |" in md  # per-view latency in ms
+    assert "| backend=torchcodec, mode=best | cpu | 21 | 25 |" in md  # per-view latency in ms
 
 
 def test_plots_are_valid_non_blank_pngs(report_dir):

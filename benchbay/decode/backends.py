@@ -348,8 +348,8 @@ class _DecordHandle(Handle):
 class PyAV(Backend):
     """loader: LeRobot's PyAV path (FFmpeg's default slice threading, every decoded frame converted).
     best (the least CPU a view, as every backend's best): one thread, only the requested frames
-    converted, frames found through the container's own index (``index``: read at open, no pass over the file): decode on from where the decoder stands
-    unless a keyframe lies between, then seek. The other way, ``keyframe`` (seek to the keyframe
+    converted, frames found through the container's own index (``index``: read at open, no pass
+    over the file): decode on from where the decoder stands unless a keyframe lies between, then seek. The other way, ``keyframe`` (seek to the keyframe
     before the first requested frame, decode on to the last), is best's where a stream's index
     cannot be read at open (reordered frames): a pass over the packets at every open cost 1.48x on
     GOP-12 H.264 with a decoder per sample. With one thread the index route took 0.66x the time of

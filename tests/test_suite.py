@@ -1,5 +1,7 @@
 """Suite files: validation names the file, key and expectation; expansion and overrides."""
 
+from pathlib import Path
+
 import pytest
 
 from benchbay.store import point_id
@@ -200,3 +202,10 @@ devices: {{nproc: 2}}
     assert any("profile" in e for e in expected) and any("ranks would stop" in e for e in expected)
     with pytest.raises(SuiteError, match=r"steps.max_measure_s: a number of seconds > 0, got 'soon'"):
         load(write_suite(tmp_path / "word.yaml", f'name: w\nworkload: "{TINY}"\nsteps: {{max_measure_s: soon}}\n'))
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "suites").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_committed_suite_validates(path):
+    points = load(path).expand()
+    assert points and any(not p.excluded for p in points)

@@ -111,6 +111,10 @@ def test_video_preset_picks_the_generated_dataset_as_lerobot_writes_it():
     unknown = WallX({"preset": "wallx-tiny", "video_preset": "droid2"}, _video_knobs(WallX, mbs=1), CPU)
     with pytest.raises(ValueError, match="video_preset: unknown dataset preset 'droid2'"):
         unknown.skip_reason()
+    both = WallX({"preset": "wallx-tiny", "root": str(dataset.root), "video_preset": "libero"},
+                 _video_knobs(WallX, mbs=1), CPU)
+    with pytest.raises(ValueError, match="root and video_preset both set"):
+        both.skip_reason()
 
 
 def test_video_knobs_act_or_refuse():

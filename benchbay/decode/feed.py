@@ -54,6 +54,9 @@ def video_unavailable(workload: TrainingWorkload) -> str | None:
 def dataset_preset(workload: TrainingWorkload) -> str:
     """The PRESETS name of the dataset generated without ``params.root``: ``params.video_preset``,
     else the workload's own; an unknown name is refused with the known ones."""
+    if workload.params.get("root") and workload.params.get("video_preset"):
+        raise ValueError("workload.params: root and video_preset both set; root is a dataset on disk, "
+                         "video_preset one to generate: give one")
     preset = workload.params.get("video_preset") or workload.video_preset
     if preset not in PRESETS:
         raise ValueError(f"workload.params.video_preset: unknown dataset preset {preset!r}; known: {sorted(PRESETS)}")

@@ -547,8 +547,9 @@ class Dali(Backend):
     decodes): one pipeline per process, fed each request's file bytes and the frame indices it
     wants (its ``frames`` argument). DALI reads a file per request, so open only reads the frame
     count from the container header (PyAV); that read is part of its figures, and on v3.0 files of
-    many episodes (lerobot writes up to 500 MB a file) it is the whole file for a few frames. Run on an H200 with DALI 2.4 (the pipeline's settings
-    below); its colour conversion differs from FFmpeg's by about 2 levels of 255."""
+    many episodes (lerobot writes up to 500 MB a file) it is the whole file for a few frames. Run on
+    an H200 with DALI 2.4 (the pipeline's settings below); its colour conversion differs from
+    FFmpeg's by about 2 levels of 255."""
 
     name = "dali"
     distribution = "nvidia-dali-cuda130"

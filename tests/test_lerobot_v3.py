@@ -306,8 +306,8 @@ def test_gpu_backends_match_the_cpu_on_v3(pair, name):
         frames = gpu.open(path).get_frames(wanted)
         cpu = backend("torchcodec", Settings()).open(path).get_frames([j for i in wanted for j in (i - 1, i, i + 1)])
         assert frames.is_cuda and frames.shape == (len(wanted), *cpu.shape[1:])
-        # each frame is nearest the CPU's same frame, not its neighbours (NVDEC's colour conversion
-        # differs by a few levels: DALI's by ~2 of 255 on average, H200)
+        # each frame is nearest the CPU's same frame, not its neighbours (~25 levels of 255 apart on
+        # these clips); NVDEC's colour conversion differs by a few levels (DALI's: 4.9 on average, H200)
         error = (frames.cpu().float()[:, None] - cpu.float().view(len(wanted), 3, *cpu.shape[1:])).abs().mean((2, 3, 4))
         assert (error.argmin(1) == 1).all(), error
         assert (error[:, 1] < 8).all(), error

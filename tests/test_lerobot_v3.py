@@ -179,6 +179,22 @@ def test_workload_lerobot_mode_records_cache_hits_and_frames_per_core(pair):
     json.dumps(extra)
 
 
+def test_decoder_cache_0_makes_every_view_a_miss_and_acts_only_on_lerobot(pair):
+    _, v3 = pair
+    knobs = {"seed": 3, "backend": "lerobot", "pattern": "wallx", "decoder_cache": 0}
+    workload = Decode({"root": str(v3.root)}, knobs, torch.device("cpu"))
+    assert workload.skip_reason() is None
+    workload.setup()
+    for i in range(6):
+        workload.step(i)
+    extra = workload.extra_metrics()
+    assert extra["backend_settings"]["decoder_cache"] == 0
+    assert extra["opens"] == extra["views"] > 0 and extra["view_latency_ms_reused_median"] is None
+    assert extra["view_latency_ms_opened_median"] > 0
+    refused = Decode({"root": str(v3.root)}, {**knobs, "backend": "torchcodec"}, torch.device("cpu"))
+    assert "decoder_cache applies to backends with a cache of their own (lerobot)" in refused.skip_reason()
+
+
 # ---- cross-check: benchbay against a plain loop of our own over the same v3.0 files ------------------
 
 def _plain_views(root, requests):

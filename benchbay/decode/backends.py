@@ -70,13 +70,15 @@ class Settings:
     """How to drive a backend. ``threads`` None = what the mode prescribes, 0 = the library's
     automatic choice; ``seek_mode`` None = what the mode prescribes (each backend's own values,
     ``Backend.seek_modes``); ``keep_open``: one decoder per file reused across samples, else a
-    decoder opened per sample (as the real loaders do)."""
+    decoder opened per sample (as the real loaders do); ``decoder_cache`` None = the backend's own
+    cache of open decoders (LeRobot's: 100), 0 = none, a decoder per view (every view a miss)."""
 
     mode: str = "loader"
     threads: int | None = None
     device: str = "cpu"
     seek_mode: str | None = None
     keep_open: bool = False
+    decoder_cache: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -138,6 +140,19 @@ class Backend(ABC):
             if reason:
                 raise ValueError(reason)
             self.options["seek_mode"] = settings.seek_mode
+        if settings.decoder_cache is not None:
+            reason = self.decoder_cache_reason(settings)
+            if reason:
+                raise ValueError(reason)
+            self.options["decoder_cache"] = settings.decoder_cache
+
+    @classmethod
+    def decoder_cache_reason(cls, settings: Settings) -> str | None:
+        """Why ``settings.decoder_cache`` does not apply to this backend (None if it does)."""
+        if settings.decoder_cache is None or "decoder_cache" in cls.mode_options[settings.mode]:
+            return None
+        return (f"decoder_cache applies to backends with a cache of their own (lerobot), not {cls.name}: "
+                "keep_open reuses its decoders")
 
     @classmethod
     def seek_mode_reason(cls, settings: Settings) -> str | None:

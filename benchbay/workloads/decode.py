@@ -60,13 +60,15 @@ class Decode(DecodeDeclaration):
         self.backend_name = k["backend"]
         self.settings = Settings(mode=k["mode"], threads=None if k["threads"] == "mode" else k["threads"],
                                  device=k["device"], seek_mode=None if k["seek_mode"] == "mode" else k["seek_mode"],
-                                 keep_open=k["keep_open"])
+                                 keep_open=k["keep_open"],
+                                 decoder_cache=None if k["decoder_cache"] == "mode" else k["decoder_cache"])
         self.seed = int(k["seed"])
 
     # ---- protocol -------------------------------------------------------------------------------
     def skip_reason(self) -> str | None:
         cls = BACKENDS[self.backend_name]
-        reason = cls.unavailable_reason(self.settings.device) or cls.seek_mode_reason(self.settings)
+        reason = (cls.unavailable_reason(self.settings.device) or cls.seek_mode_reason(self.settings)
+                  or cls.decoder_cache_reason(self.settings))
         if reason is None and self.settings.device == "cuda" and not issubclass(cls, TorchCodec):
             # torchcodec hands such a file to the CPU and says so (the record's cuda_fallback); the
             # others would fail, or be measured under a GPU label for a CPU decode

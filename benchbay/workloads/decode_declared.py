@@ -25,6 +25,8 @@ class DecodeDeclaration(StepWorkload):
                             "pyav (best): keyframe (seek, decode on) | index (demux the file at open)"),
         "device": Choice(("cpu", "cuda"), "where frames are decoded (cuda: NVDEC)"),
         "keep_open": Choice((False, True), "reuse each file's decoder across samples (else open per sample)"),
+        "decoder_cache": Choice(("mode", 0, 100), "lerobot: its LRU of open decoders (mode: lerobot's 100; "
+                                                  "0: a decoder per view, every view a cache miss)"),
         "num_workers": Choice((0, 1, 2, 4, 8), "DataLoader worker processes (0: decode in the main process)"),
         "prefetch_factor": Choice((2, 4, 8), "batches each worker prepares ahead"),
         "pin_memory": Choice((False, True), "DataLoader pin_memory (only with CUDA)"),

@@ -535,3 +535,13 @@ def test_a_cuda_decode_that_fell_back_to_the_cpu_reads_as_the_cpu():
     assert decoded_on("cuda", {"cam": "[CUDA] Fallback status: No fallback required"}) == "cuda (NVDEC)"
     assert decoded_on("cuda", None) == "cuda (NVDEC)"  # backends without a CPU fallback (PyNvVideoCodec, DALI)
     assert decoded_on("cpu", None) == "cpu"
+
+
+def test_a_compiled_point_whose_regions_broke_says_so_in_its_notes():
+    broke = cpu_point("+compile", "off", QUIET_EAGER)
+    broke["extra"] = {"graph_breaks": 6, "graph_break_reasons": ["Failed to trace builtin operator (x3)"]}
+    whole = cpu_point("+compile whole", "full", QUIET_EAGER)  # another point: recompute differs
+    whole["extra"] = {"graph_breaks": 0}
+    notes = point_summary(records_to_frame([broke, whole])).set_index("label")["notes"]
+    assert notes["+compile"] == "compiled in part: 6 graph breaks (Failed to trace builtin operator (x3))"
+    assert notes["+compile whole"] == ""

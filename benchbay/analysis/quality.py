@@ -35,6 +35,17 @@ def warnings_of(rows: pd.DataFrame, column: str = POINT_WARNINGS) -> list[str]:
     return list(dict.fromkeys(w for listed in rows[column] if isinstance(listed, list) for w in listed))
 
 
+def graph_break_note(rows: pd.DataFrame) -> str | None:
+    """``compiled in part: 6 graph breaks (Failed to trace builtin operator (x3))``: a compiled point
+    whose regions broke runs those parts eagerly, so its compile knob acted only in part (a
+    regression once hid that: recomputed blocks breaking out of compile, every one of them)."""
+    counts = [c for c in rows.get("extra.graph_breaks", ()) if not is_missing(c) and c > 0]
+    if not counts:
+        return None
+    reasons = next((r for r in rows.get("extra.graph_break_reasons", ()) if isinstance(r, list) and r), None)
+    return f"compiled in part: {int(max(counts))} graph breaks" + (f" ({reasons[0]})" if reasons else "")
+
+
 def notes(cv: float | None, warnings: Iterable[str]) -> str:
     """``noisy: CV 0.41; busy CPU: ...``, or "" for a point measured quietly."""
     return "; ".join(n for n in (noise_note(cv), *warnings) if n)

@@ -118,7 +118,7 @@ timeout: 120
 def _slow_suite(tmp_path):
     return write_suite(tmp_path / "slow.yaml", f"""
 name: slow
-workload: {{name: "{TINY}"}}
+workload: {{name: "{TINY}", params: {{step_s: 0.5}}}}  # a point outlasts the poll that sends the signal
 knobs: {{precision: fp32}}
 sweep: {{grid: {{seed: [0, 1, 2]}}}}
 steps: {{warmup: 1, measure: 2}}

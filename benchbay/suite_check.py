@@ -182,6 +182,10 @@ class Validator:
                 self.error(f"{where}.params.{key}", f"a value, or one per device type {sorted(DEVICE_KEYS)}")
             elif key in PATH_PARAMS:
                 self.existing_paths(value, f"{where}.params.{key}")
+            elif key in cls.param_values:
+                for one in value.values() if isinstance(value, dict) else [value]:
+                    if one is not None and one not in cls.param_values[key]:
+                        self.error(f"{where}.params.{key}", f"one of {list(cls.param_values[key])}, got {one!r}")
         return name, params, cls
 
     def existing_paths(self, value, where: str) -> None:

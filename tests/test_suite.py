@@ -101,6 +101,16 @@ def test_missing_or_unknown_workload(tmp_path):
         load(write_suite(tmp_path / "b.yaml", "name: b\nworkload: nosuch\n"))
 
 
+def test_a_param_naming_a_preset_must_name_one(tmp_path):
+    with pytest.raises(SuiteError) as info:
+        load(write_suite(tmp_path / "p.yaml", "name: p\nworkload: {name: dreamzero, params: "
+                                              "{preset: dreamzero-6b, video_preset: {cpu: droid, cuda: lerobot2}}}\n"))
+    problems = {p.key: p.expected for p in info.value.problems}
+    assert problems["workload.params.preset"].startswith("one of ['dreamzero-5b', 'dreamzero-14b'")
+    assert problems["workload.params.preset"].endswith("got 'dreamzero-6b'")
+    assert problems["workload.params.video_preset"].endswith("got 'lerobot2'")
+
+
 def test_not_yaml(tmp_path):
     with pytest.raises(SuiteError, match="valid YAML"):
         load(write_suite(tmp_path / "c.yaml", "name: [unclosed\n"))

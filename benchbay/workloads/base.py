@@ -73,6 +73,8 @@ class Workload:
     knobs: ClassVar[dict[str, Choice]] = {}
     #: parameters a suite may give under ``workload.params`` with their defaults
     params: ClassVar[dict[str, Any]] = {}
+    #: the names a param may take where it names one of a fixed set (a preset): checked by validate
+    param_values: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: the generic knobs (benchbay.knobs.GENERIC) a point of it may set
     generic_knobs: ClassVar[tuple[str, ...]] = ("mbs", "seed")
 

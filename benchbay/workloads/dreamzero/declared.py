@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from benchbay.decode.clips import PRESETS as DATASET_PRESETS
 from benchbay.knobs import Choice
 from benchbay.knobs.video import VIDEO_KNOBS, VIDEO_PARAMS
 from benchbay.workloads.base import TrainingWorkload
+from benchbay.workloads.dreamzero.config import PRESETS
 
 
 class DreamZeroDeclaration(TrainingWorkload):
@@ -13,6 +15,7 @@ class DreamZeroDeclaration(TrainingWorkload):
     name = "dreamzero"
     regions = ("blocks",)
     params = {"preset": "dreamzero-5b", "layers": None, **VIDEO_PARAMS}
+    param_values = {"preset": tuple(PRESETS), "video_preset": tuple(DATASET_PRESETS)}
     video_preset = "droid"
     graphs = ("off", "attention", "step")
     knobs = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchbay.decode.clips import PRESETS as DATASET_PRESETS
 from benchbay.knobs import Choice
 from benchbay.knobs.video import VIDEO_KNOBS, VIDEO_PARAMS
 from benchbay.workloads.base import TrainingWorkload
@@ -28,4 +29,5 @@ class WallXDeclaration(TrainingWorkload):
         **VIDEO_KNOBS,
     }
     params = {"preset": "wallx-3b", "action_horizon": 32, "layers": None, **VIDEO_PARAMS}
+    param_values = {"video_preset": tuple(DATASET_PRESETS)}  # its model presets need transformers to list
     video_preset = "libero"

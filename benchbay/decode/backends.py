@@ -361,15 +361,16 @@ class _DecordHandle(Handle):
 # ---- PyAV ---------------------------------------------------------------------------------------
 
 class PyAV(Backend):
-    """loader: LeRobot's PyAV path (FFmpeg's default slice threading, every decoded frame converted). best (the
-    least CPU a view, as every backend's best): one thread, only the requested frames converted, frames
-    found through the container's own index (``index``: read at open, no pass over the file): decode on from
-    where the decoder stands unless a keyframe lies between, then seek. The other way, ``keyframe`` (seek to
-    the keyframe before the first requested frame, decode on to the last), is best's where a stream's index
-    cannot be read at open (reordered frames): a pass over the packets at every open cost 1.48x on GOP-12
-    H.264 with a decoder per sample. With one thread the index route took 0.66x the time of the keyframe
-    route on GOP-2 AV1, 0.94-0.97x on GOP-12 H.264 and tied on one keyframe per episode; with FFmpeg's frame
-    threads every seek flushes them and the keyframe route won (README)."""
+    """loader: LeRobot's PyAV path (FFmpeg's default slice threading, every decoded frame converted).
+    best (the least CPU a view, as every backend's best): one thread, only the requested frames
+    converted, frames found through the container's own index (``index``: read at open, no pass over the
+    file): decode on from where the decoder stands unless a keyframe lies between, then seek. The other
+    way, ``keyframe`` (seek to the keyframe before the first requested frame, decode on to the last), is
+    best's where a stream's index cannot be read at open (reordered frames): a pass over the packets at
+    every open cost 1.48x on GOP-12 H.264 with a decoder per sample. With one thread the index route
+    took 0.66x the time of the keyframe route on GOP-2 AV1, 0.94-0.97x on GOP-12 H.264 and tied on one
+    keyframe per episode; with FFmpeg's frame threads every seek flushes them and the keyframe route won
+    (README)."""
 
     name = "pyav"
     distribution = module = "av"

@@ -236,3 +236,16 @@ def test_every_mfu_names_its_peak_the_machines_probe_first():
     assert peak_flops_for("NVIDIA H200", None, 812.5) == 812.5e12  # the runner's denominator
     summary = point_summary(rows.assign(suite="s", point_id=rows["label"], status="ok", workload="w"))
     assert list(sweep_table(summary, KEY_COLUMNS)["mfu_peak"])[:3] == list(peak_label_column(rows))[:3]
+
+
+def test_repeats_from_hosts_of_two_probes_pool_into_an_mfu_over_one_peak():
+    # one point measured on two H200 hosts whose GEMM probes differ: the pooled measured-peak MFU is
+    # over the peak the point names, in step with its datasheet MFU
+    rows = records_to_frame([
+        {"label": "p", "run_id": "a", "env": {"gpu": "NVIDIA H200", "gemm_tflops": 800.0}},
+        {"label": "p", "run_id": "b", "env": {"gpu": "NVIDIA H200", "gemm_tflops": 650.0}},
+    ]).assign(flops_per_sample=1e12, samples_per_s_per_gpu=400.0)
+    summary = point_summary(rows.assign(suite="s", point_id="p", status="ok", workload="w")).iloc[0]
+    assert summary["mfu_peak"] == "800 TFLOP/s (GEMM probe)"
+    assert summary["mfu"] == pytest.approx(4e14 / 800e12)
+    assert summary["mfu_datasheet"] == pytest.approx(4e14 / 989e12)

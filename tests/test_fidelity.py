@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchbay import knobs as knob_table
-from benchbay.analysis.tables import loss_agreement
+from benchbay.analysis.tables import fidelity_label, loss_agreement
 from benchbay.analysis.update_fidelity import verdict
 from benchbay.collect.fidelity import UpdateFidelity, hyper_of
 from benchbay.knobs import optimizer as optimizer_knob
@@ -203,3 +203,13 @@ def test_equivalent_group_fails_on_a_lossy_point_whatever_its_losses():
                           "fidelity": ["faithful (1.00)", "lossy (0.15)"]})
     within = loss_agreement(group)["within_tolerance"].tolist()
     assert within[0] == "yes" and within[1].startswith("no (update fidelity: lossy")
+
+
+def test_a_training_point_without_a_fidelity_sample_says_so():
+    # records that predate the sample: unknown, neither faithful nor a blank that reads as nothing to say
+    assert fidelity_label(float("nan"), float("nan"), trains=True) == "not recorded"
+    assert fidelity_label(float("nan"), float("nan"), trains=False) == ""  # a decoder does not train
+    assert fidelity_label(0.15, 0.01, trains=True).startswith("lossy")
+    group = pd.DataFrame({"name": ["a", "b"], "losses": [[1.0, 0.9], [1.0, 0.9]],
+                          "fidelity": ["not recorded", "not recorded"]})
+    assert loss_agreement(group)["within_tolerance"].tolist() == ["yes", "yes"]  # the losses decide

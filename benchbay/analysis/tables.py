@@ -84,6 +84,7 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
             out[m] = ok[m].median() if m in ok else np.nan
     out["step_time_mean_s"] = out["step_time_s"]  # the name the loader tables read
     out["mfu_peak"] = _first_valid(ok["mfu_peak"]) if "mfu_peak" in ok else None
+    _one_peak(out, ok)
     for m in MAX_METRICS:
         out[m] = figures[m].max() if m in figures else np.nan
     warmups = [detect_warmup(r["step_times_s"]) for _, r in ok.iterrows()
@@ -95,8 +96,21 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     # a decoder's step is the wait for its next sample, which a queue filled ahead answers at once:
     # its spread says nothing of the decoding, whose figures are its latency and CPU
     out["notes"] = notes(None if decodes(ok) else out["step_time_cv"], [*out["health_warnings"], graph_break_note(ok)])
-    out["fidelity"] = fidelity_label(out["update_applied_share"], out["update_applied_share_se"])
+    out["fidelity"] = fidelity_label(out["update_applied_share"], out["update_applied_share_se"],
+                                     trains=_has_losses(out.get("losses")))
     return out
+
+
+def _one_peak(out: dict[str, Any], ok: pd.DataFrame) -> None:
+    """Repeats from hosts whose GEMM probes differ (658 and 673 TFLOP/s on two H200s) pooled into one
+    measured-peak MFU would be over no peak at all: state it over the peak the point names (its
+    first record's), from the datasheet MFU, whose peak all of them share."""
+    if "mfu_peak" not in ok or ok["mfu_peak"].dropna().nunique() < 2:
+        return
+    first = ok[ok["mfu_peak"] == out["mfu_peak"]].iloc[0]
+    if is_missing(out.get("mfu_datasheet")) or is_missing(first["mfu_datasheet"]) or not first["mfu_datasheet"] > 0:
+        return
+    out["mfu"] = out["mfu_datasheet"] * first["mfu"] / first["mfu_datasheet"]
 
 
 def _rates_over_step(out: dict[str, Any], ok: pd.DataFrame) -> None:
@@ -115,11 +129,21 @@ def _rates_over_step(out: dict[str, Any], ok: pd.DataFrame) -> None:
             out[mfu] *= out["samples_per_s_per_gpu"] / recorded
 
 
-def fidelity_label(share: float, se: float) -> str:
+def _has_losses(series: Any) -> bool:
+    return isinstance(series, (list, tuple, np.ndarray)) and len(series) > 0
+
+
+#: a training point whose records hold no fidelity sample (they predate it): its numerics are unknown,
+#: not faithful, and a blank cell would read as nothing to say
+NOT_RECORDED = "not recorded"
+
+
+def fidelity_label(share: float, se: float, trains: bool = False) -> str:
     """``faithful (1.00)``: the verdict of collect.fidelity and the applied share of the fp32
-    reference update it rests on ("" for a record without one)."""
+    reference update it rests on; ``not recorded`` for a training point without one, "" for a point
+    that does not train (a decoder)."""
     if is_missing(share):
-        return ""
+        return NOT_RECORDED if trains else ""
     return f"{verdict(share, None if is_missing(se) else se)} ({share:.2f})"
 
 
@@ -303,7 +327,7 @@ def in_label_order(points: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
 def equivalent_groups(summary: pd.DataFrame, label_groups: Sequence[Sequence[str]] | None = None) -> list[pd.DataFrame]:
     """Groups of ok points with losses that should train alike: the suite's label groups if given,
     else points equal in every knob and param except compile and CUDA graphs."""
-    ok = summary[(summary["status"] == Status.OK) & summary["losses"].map(lambda v: isinstance(v, list) and len(v) > 0)]
+    ok = summary[(summary["status"] == Status.OK) & summary["losses"].map(_has_losses)]
     if label_groups:
         # in the suite's order: the first label named is the reference the others follow
         groups = [in_label_order(ok[ok["label"].isin(labels)], labels) for labels in label_groups]
@@ -324,7 +348,7 @@ def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = L
         losses = np.asarray(row["losses"], dtype=float)
         check = compare_losses(reference, losses, first, str(row["name"]), rtol=rtol, atol=atol)
         within = "yes" if check.passed else f"no ({check.message})"
-        if row.get("fidelity", "") and not str(row["fidelity"]).startswith("faithful"):
+        if row.get("fidelity", "") and not str(row["fidelity"]).startswith(("faithful", NOT_RECORDED)):
             # losses of a few steps cannot see lost updates: a point that is not faithful fails
             within = f"no (update fidelity: {row['fidelity']})"
         rows.append({"point": row["name"], "steps": losses.size, "final_loss": losses[-1],

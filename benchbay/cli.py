@@ -481,8 +481,9 @@ def _suite_commands(sub) -> None:
                    "oom (outside a batch search); the new record stands for the point")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
-                   help="start no point once less time is left than the longest point so far took (exit code "
-                   "3, resumable): a job's time limit then falls between points")
+                   help="start no point once less time is left than it took before on this machine (any run "
+                   "of the suite), or than the longest point so far where it has no record; later points that "
+                   "fit still run (exit code 3, resumable): a job's time limit then falls between points")
     p.add_argument("--allow-failures", action="store_true",
                    help="exit 0 even when points end in error, crash, timeout, diverged or oom (outside a batch "
                    "search, where an oom is a result)")

@@ -72,8 +72,9 @@ def derived_metrics(metrics: dict[str, Any], extra: dict[str, Any], world_size: 
 class SuiteRunner:
     """``launcher``: where points run (default: this machine); ``peak_flops``: the MFU denominator
     (FLOP/s) for every point instead of the device's from the table in ``benchbay.analysis.mfu``;
-    ``time_budget_s``: start no point once the time left is shorter than the longest point so far
-    (a job's time limit then ends the sweep between points, not inside one it would lose)."""
+    ``time_budget_s``: start no point once the time left is shorter than what it took before on this
+    machine (its longest record in any run of the suite), or than the longest point so far where it
+    has none (a job's time limit then ends the sweep between points, not inside one it would lose)."""
 
     def __init__(self, suite: Suite, results_root: str | Path = "results", console: Console | None = None,
                  resume: str | bool = False, launcher: Launcher | None = None, labels: list[str] | None = None,
@@ -160,6 +161,16 @@ class SuiteRunner:
             points = list(seen.values())
         return [(p, r) for p in points for r in range(self.suite.repeats)]
 
+    def _durations_before(self) -> dict[str, float]:
+        """Each point's longest record on this machine in the suite's runs (by today's identity)."""
+        took: dict[str, float] = {}
+        for run in sorted((self.root / self.suite.name).glob("*/")):
+            for r in store.typed_records(run):
+                if r.env.get("machine_key") == self.env["machine_key"] and r.duration_s:
+                    pid = store.today_point_id(r)
+                    took[pid] = max(took.get(pid, 0.0), r.duration_s)
+        return took
+
     def run_all(self) -> RunSummary:
         # one process writes a run: two --resume of one run each measured every point
         with store.lock_run(self.run):
@@ -186,6 +197,8 @@ class SuiteRunner:
         summary = RunSummary(self.run, {})
         warned: set[str] = set()
         started, longest = time.perf_counter(), 0.0
+        took_before = self._durations_before() if self.time_budget_s is not None else {}
+        not_started: list[str] = []
 
         def report(record: Record) -> None:  # as each record lands: a long search shows its probes
             summary.counts[record.status] = summary.counts.get(record.status, 0) + 1
@@ -201,11 +214,13 @@ class SuiteRunner:
                         progress.advance(measured=False)
                         continue
                     left = None if self.time_budget_s is None else self.time_budget_s - (time.perf_counter() - started)
-                    if left is not None and left < longest:
+                    need = took_before.get(point.point_id, longest)
+                    if left is not None and left < need:
+                        # a shorter point further on may still fit: left for a resume, not lost
                         summary.out_of_time = True
-                        progress.note(f"time budget: {left:.0f} s left, a point has taken up to {longest:.0f} s; "
-                                      f"continue with --resume {self.run.name}")
-                        break
+                        not_started.append(f"{point.label or point.point_id} ({need:.0f} s)")
+                        progress.advance(measured=False)
+                        continue
                     progress.start(i, point.label or f"point {point.index}")
                     if self.suite.search:
                         records = self._search(point, repeat, report)
@@ -214,6 +229,10 @@ class SuiteRunner:
                         report(records[0])
                     longest = max([longest, *(r.duration_s for r in records)])
                     progress.advance()
+                if not_started:
+                    progress.note(f"time budget: not started, each needing more than the time left (what it "
+                                  f"took before, or the longest point so far): {', '.join(not_started)}; "
+                                  f"continue with --resume {self.run.name}")
             except KeyboardInterrupt:
                 summary.interrupted = True
                 progress.note(f"interrupted: records so far are kept in {self.run}; "

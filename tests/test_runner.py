@@ -401,6 +401,28 @@ timeout: 120
     assert len(store.read_records(summary.run)) == 3
 
 
+def test_a_time_budget_skips_a_point_that_took_longer_before_and_runs_the_rest(tmp_path, in_repo, in_process):
+    path = write_suite(tmp_path / "tb.yaml", f"""
+name: tb
+workload: {{name: "{TINY}"}}
+sweep: {{grid: {{mbs: [1, 2, 3]}}}}
+steps: {{warmup: 1, measure: 2}}
+timeout: 120
+""")
+    suite = load(path)
+    first = SuiteRunner(suite, tmp_path / "results", launcher=in_process).run_all()
+    records = store.read_records(first.run)
+    for r in records:  # on this machine, mbs 2 once took longer than the budget to come
+        r["duration_s"] = 10_000.0 if r["knobs"]["mbs"] == 2 else r["duration_s"]
+    (first.run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    # the first point of a run is no longer started blindly: its own past says it cannot finish
+    summary = SuiteRunner(suite, tmp_path / "results", time_budget_s=5_000, launcher=in_process).run_all()
+    assert summary.out_of_time and summary.counts == {"ok": 2}
+    assert sorted(r["knobs"]["mbs"] for r in store.read_records(summary.run)) == [1, 3]
+    resumed = SuiteRunner(suite, tmp_path / "results", resume=summary.run.name, launcher=in_process).run_all()
+    assert resumed.counts == {"ok": 1} and [r["knobs"]["mbs"] for r in store.read_records(summary.run)][-1] == 2
+
+
 def test_a_child_that_exits_keeps_the_cpu_it_used():
     children = ChildrenCpu(psutil.Process())
     burn = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"

@@ -383,15 +383,18 @@ timeout: 120
     assert len(record["series"]["step_times_s"]) == 4 and len(record["series"]["losses"]) == 4
 
 
-def test_a_time_budget_stops_between_points_and_a_resume_completes(tmp_path, in_repo, in_process):
-    path = write_suite(tmp_path / "tb.yaml", f"""
+def _three_tiny_points(tmp_path):
+    return load(write_suite(tmp_path / "tb.yaml", f"""
 name: tb
 workload: {{name: "{TINY}"}}
 sweep: {{grid: {{mbs: [1, 2, 3]}}}}
 steps: {{warmup: 1, measure: 2}}
 timeout: 120
-""")
-    suite = load(path)
+"""))
+
+
+def test_a_time_budget_stops_between_points_and_a_resume_completes(tmp_path, in_repo, in_process):
+    suite = _three_tiny_points(tmp_path)
     # the first point always runs; after it, a budget shorter than it leaves no room for another
     summary = SuiteRunner(suite, tmp_path / "results", time_budget_s=0.001, launcher=in_process).run_all()
     assert summary.out_of_time and summary.counts == {"ok": 1}
@@ -402,14 +405,7 @@ timeout: 120
 
 
 def test_a_time_budget_skips_a_point_that_took_longer_before_and_runs_the_rest(tmp_path, in_repo, in_process):
-    path = write_suite(tmp_path / "tb.yaml", f"""
-name: tb
-workload: {{name: "{TINY}"}}
-sweep: {{grid: {{mbs: [1, 2, 3]}}}}
-steps: {{warmup: 1, measure: 2}}
-timeout: 120
-""")
-    suite = load(path)
+    suite = _three_tiny_points(tmp_path)
     first = SuiteRunner(suite, tmp_path / "results", launcher=in_process).run_all()
     records = store.read_records(first.run)
     for r in records:  # on this machine, mbs 2 once took longer than the budget to come

@@ -161,12 +161,16 @@ class SuiteRunner:
             points = list(seen.values())
         return [(p, r) for p in points for r in range(self.suite.repeats)]
 
+    def _this_machines(self, run: Path) -> list[Record]:
+        """A run's records measured on this machine: another host's say nothing of this one's."""
+        return [r for r in store.typed_records(run) if r.env.get("machine_key") == self.env["machine_key"]]
+
     def _durations_before(self) -> dict[str, float]:
         """Each point's longest record on this machine in the suite's runs (by today's identity)."""
         took: dict[str, float] = {}
         for run in sorted((self.root / self.suite.name).glob("*/")):
-            for r in store.typed_records(run):
-                if r.env.get("machine_key") == self.env["machine_key"] and r.duration_s:
+            for r in self._this_machines(run):
+                if r.duration_s:
                     pid = store.today_point_id(r)
                     took[pid] = max(took.get(pid, 0.0), r.duration_s)
         return took
@@ -176,9 +180,8 @@ class SuiteRunner:
         with store.lock_run(self.run):
             # what this machine measured in the run, by today's identity of each point; a point
             # measured twice is known by its first record, the one its memory snapshots name
-            for r in store.typed_records(self.run):
-                if r.env.get("machine_key") == self.env["machine_key"]:
-                    store.keep(self.stored, (store.today_point_id(r), r.repeat), r)
+            for r in self._this_machines(self.run):
+                store.keep(self.stored, (store.today_point_id(r), r.repeat), r)
             if self.retry_failed:
                 self.stored = {k: r for k, r in self.stored.items() if not r.failed}
             return self._sweep()

@@ -107,3 +107,27 @@ def test_readme_rlinf_claim_names_the_reports_figure():
     row = next(line for line in report.splitlines() if line.startswith("| dreamzero | 1 | pyav | cpu |"))
     figure = [cell.strip() for cell in row.strip("|").split("|")][-2]
     assert f"the report's {figure} is the later run's" in " ".join((ROOT / "README.md").read_text().split())
+
+
+def test_readme_dreamzero_5b_frontier_table_is_its_report():
+    from benchbay.analysis.breakdown import waterfall
+
+    summary = report_points("dreamzero-5b-frontier")
+    walk = waterfall(summary, [row_label(row) for row in marked_rows("dreamzero-5b-frontier-table")
+                               if "beside the walk" not in row[0] and "not the same work" not in row[0]])
+    changes = walk.set_index("label")
+    for row in marked_rows("dreamzero-5b-frontier-table"):
+        label, (mbs, step, rate, change, mfu, fidelity) = row_label(row), row[1:7]
+        point = summary[summary["label"] == label].iloc[0]
+        assert int(mbs) == point["mbs"], label
+        if point["status"] != "ok":
+            assert rate == point["status"].upper(), label
+            continue
+        assert step == f"{point['step_time_s']:.3f}", label
+        assert rate.strip("*") == f"{point['samples_per_s_per_gpu']:.2f}", label
+        assert mfu == f"{point['mfu']:.1%} / {point['mfu_datasheet']:.1%}", label
+        assert fidelity == point["fidelity"], label
+        if change.startswith(("+", "-")):  # a lever's change against the point above it, as the report's breakdown
+            c = changes.loc[label]
+            assert change.split(" (")[0] == (f"{c['step_change']:+.1%} [{c['step_change_low'] * 100:+.1f}, "
+                                             f"{c['step_change_high'] * 100:+.1f}]"), label

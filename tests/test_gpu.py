@@ -38,6 +38,7 @@ devices: {{type: cuda}}
         assert r["status"] == "ok", (label, r["reason"], r["extra"].get("traceback"))
         m = r["metrics"]
         assert m["step_time_s"] > 0 and m["peak_mem_allocated_gib"] > 0 and m["device_mem_total_gib"] > 10
+        assert len(r["env"]["gpu_uuid_hash"]) == 10  # which card: the hosts lent share a hostname
         assert m["peak_mem_reserved_gib"] >= m["peak_mem_allocated_gib"]
         assert r["env"]["gpu"] and r["env"]["gpu_count"] >= 1
     assert by_label["oom"]["status"] == "oom"

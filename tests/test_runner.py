@@ -33,7 +33,7 @@ METRICS = {"step_time_s", "step_time_mean_s", "step_time_p10_s", "step_time_p90_
            "host_rss_gib", "cpu_util_mean", "cpu_util_cv", "gpu_util_mean", "gpu_power_w_mean",
            "gpu_sm_clock_mhz_mean", "warmup_steps", "measured_steps"}
 ENV = {"machine_key", "gpu", "gpu_count", "driver", "cuda", "torch", "python", "cpu", "cpu_count", "git_commit",
-       "packages"}
+       "gpu_uuid_hash", "packages"}
 HEALTH = {"cpu_available", "cpu_point_cores", "cpu_other_cores", "cpu_other_top", "cpu_governor", "cpu_freq_mhz",
           "cpu_freq_max_mhz", "on_battery", "warnings", "machine_warnings"}
 

@@ -183,6 +183,11 @@ timeout: 300
     assert both.groupby("run_id")["measured again in"].unique().map(list).to_dict() == {
         summary.run.name: ["later"], "later": [""]}
     assert len(best_loaders(both)) == 1 and len(data_loading.current(both)) == 2
+    # a point resumed on another card (the GPU hosts share a hostname) has no synthetic step there
+    moved = frame.assign(**{"env.gpu_uuid_hash": frame["label"].map({"video": "card-b"}).fillna("card-a")})
+    by_workers = inflation_table(moved).set_index("num_workers")
+    assert by_workers.loc[0, "verdict"] == "not comparable" and pd.isna(by_workers.loc[0, "synthetic mean step (s)"])
+    assert by_workers.loc[2, "synthetic mean step (s)"] == pytest.approx(synthetic)
     report = build_report(frame, tmp_path / "report", title="video").read_text()
     assert "Video in the training loop" in report and (tmp_path / "report" / "video-tiny-video_inflation.png").exists()
 

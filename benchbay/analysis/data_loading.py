@@ -43,12 +43,15 @@ def _baseline_key(row: pd.Series, columns: list[str]) -> tuple:
 def inflation_table(records: pd.DataFrame) -> pd.DataFrame:
     """One row per ok video point (records: the flat frame of one or more runs): its loader, step, the
     synthetic step, inflation [CI], verdict, data wait, loader CPU (cores) and GPU idle share. Each
-    video point is set against the synthetic point of its own run: a launch-bound step moves between
-    sessions by more than a loader costs (H200, DreamZero-5B mbs 1: 0.557 and 0.733 s/step)."""
+    video point is set against the synthetic point of its own run and GPU: a launch-bound step moves
+    between sessions by more than a loader costs (H200, DreamZero-5B mbs 1: 0.557 and 0.733 s/step),
+    and a run resumed on another card has no synthetic step to compare with until it is measured there
+    (records made before ``env.gpu_uuid_hash`` pair within their run)."""
     if "data" not in records or not (records["data"] == "video").any():
         return pd.DataFrame()  # every suite's report asks: summarise its runs again only for video points
+    cards = records["env.gpu_uuid_hash"] if "env.gpu_uuid_hash" in records else pd.Series(None, index=records.index)
     tables = [_inflation_in_run(point_summary(run)).assign(run_id=run_id)
-              for run_id, run in records.groupby("run_id", sort=False)]
+              for (run_id, _), run in records.groupby(["run_id", cards.fillna("")], sort=False)]
     tables = [t for t in tables if len(t)]
     return _with_remeasures(_with_noise_floor(pd.concat(tables, ignore_index=True))) if tables else pd.DataFrame()
 

@@ -36,6 +36,9 @@ def fingerprint(project_dir: str | Path = ".") -> dict:
         "cpu_count": psutil.cpu_count(logical=True),
         "git_commit": _git_commit(project_dir),
         "hostname_hash": hashlib.sha1(socket.gethostname().encode()).hexdigest()[:10],
+        # which cards ran it: the GPU hosts lent here share one hostname, and two H200s differ by
+        # more than a loader costs (GEMM probes of 658 and 668 TFLOP/s); data_loading pairs on it
+        "gpu_uuid_hash": hashlib.sha1(",".join(g["uuid"] for g in gpus).encode()).hexdigest()[:10] if gpus else None,
         "packages": {name: _version(name) for name in KEY_PACKAGES},
     }
     env["machine_key"] = machine_key(env)

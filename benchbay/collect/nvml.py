@@ -41,14 +41,14 @@ def _handle(cuda_index: int):
 
 
 def devices() -> list[dict[str, str]]:
-    """Name of each visible GPU and the driver version."""
+    """Name, UUID and driver version of each visible GPU."""
     lib = library()
     if lib is None:
         return []
     try:
         driver = lib.nvmlSystemGetDriverVersion()
-        return [{"name": lib.nvmlDeviceGetName(lib.nvmlDeviceGetHandleByIndex(i)), "driver": driver}
-                for i in range(lib.nvmlDeviceGetCount())]
+        handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
+        return [{"name": lib.nvmlDeviceGetName(h), "uuid": lib.nvmlDeviceGetUUID(h), "driver": driver} for h in handles]
     except Exception:
         return []
 

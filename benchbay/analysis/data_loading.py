@@ -49,9 +49,10 @@ def inflation_table(records: pd.DataFrame) -> pd.DataFrame:
     (records made before ``env.gpu_uuid_hash`` pair within their run)."""
     if "data" not in records or not (records["data"] == "video").any():
         return pd.DataFrame()  # every suite's report asks: summarise its runs again only for video points
-    cards = records["env.gpu_uuid_hash"] if "env.gpu_uuid_hash" in records else pd.Series(None, index=records.index)
+    cards = records.get("env.gpu_uuid_hash", pd.Series(None, index=records.index, dtype=object))
+    cards = cards.astype(object).where(cards.notna(), "")  # older records: one card per run
     tables = [_inflation_in_run(point_summary(run)).assign(run_id=run_id)
-              for (run_id, _), run in records.groupby(["run_id", cards.fillna("")], sort=False)]
+              for (run_id, _), run in records.groupby(["run_id", cards], sort=False)]
     tables = [t for t in tables if len(t)]
     return _with_remeasures(_with_noise_floor(pd.concat(tables, ignore_index=True))) if tables else pd.DataFrame()
 

@@ -46,8 +46,9 @@ from benchbay.document import Block, Heading, Image, Table, Text
 from benchbay.record import DELIVERED_RATE
 from benchbay.suite_model import SuiteMeta
 
-ENV_COLUMNS = ("run_state", "env.machine_key", "env.gpu", "env.gpu_count", "env.driver", "env.cuda", "env.torch",
-               "env.git_commit")
+# gpu_uuid_hash: the cards a run's points ran on (one machine key, several cards when resumed elsewhere)
+ENV_COLUMNS = ("run_state", "env.machine_key", "env.gpu", "env.gpu_count", "env.gpu_uuid_hash", "env.driver",
+               "env.cuda", "env.torch", "env.git_commit")
 TOP_OPS = 10
 MAX_CELL = 160  # characters; longer texts (failure reasons) are cut
 #: the decoder table: (column, heading, scale)
@@ -154,6 +155,7 @@ def _overview(df: pd.DataFrame, title: str) -> list[Block]:
     # a resumed run may span commits (or drivers): each value it saw, in order
     env = df.groupby(["suite", "run_id"], sort=False)[[c for c in ENV_COLUMNS if c in df.columns]].agg(
         lambda s: ", ".join(dict.fromkeys(str(v) for v in s.dropna())))
+    env = env.loc[:, (env != "").any()]  # a field no record has (records older than it, or no GPU)
     runs = pd.concat([counts, env], axis=1).reset_index()
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     blocks: list[Block] = [Heading(title, 1), Text(f"Generated {stamp} from {len(df)} records."),

@@ -385,6 +385,12 @@ def test_report_of_an_interrupted_run_says_it_is_unfinished(train_records, tmp_p
     store.write_manifest(run, {"suite": "fixture-train", "state": "complete"})
     build_report(store.load_runs([run]), tmp_path / "report")
     assert "Unfinished" not in (tmp_path / "report" / "report.md").read_text()
+    # resumed on another card of the same machine key: the run names both cards
+    for repeat, card in enumerate(["card-a", "card-b"]):
+        store.append_record(run, Record.from_json(dict(train_records[3], repeat=repeat,
+                                                       env={**train_records[3]["env"], "gpu_uuid_hash": card})))
+    build_report(store.load_runs([run]), tmp_path / "report")
+    assert "| card-a, card-b |" in (tmp_path / "report" / "report.md").read_text()
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")

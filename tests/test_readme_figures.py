@@ -111,11 +111,11 @@ def test_readme_rlinf_claim_names_the_reports_figure():
 
 def test_readme_dreamzero_5b_frontier_table_is_its_report():
     from benchbay.analysis.breakdown import waterfall
+    from benchbay.suite import load
 
     summary = report_points("dreamzero-5b-frontier")
-    walk = waterfall(summary, [row_label(row) for row in marked_rows("dreamzero-5b-frontier-table")
-                               if "beside the walk" not in row[0] and "not the same work" not in row[0]])
-    changes = walk.set_index("label")
+    # the report's breakdown: the suite's walk, each lever against the ok point before it
+    changes = waterfall(summary, load(ROOT / "suites/dreamzero-5b-frontier.yaml").breakdown).set_index("label")
     for row in marked_rows("dreamzero-5b-frontier-table"):
         label, (mbs, step, rate, change, mfu, fidelity) = row_label(row), row[1:7]
         point = summary[summary["label"] == label].iloc[0]

@@ -41,6 +41,7 @@ from benchbay.analysis.tables import (
     loss_agreement,
     point_summary,
     sweep_table,
+    with_reference_repeats,
 )
 from benchbay.document import Block, Heading, Image, Table, Text
 from benchbay.record import DELIVERED_RATE
@@ -271,7 +272,7 @@ def _breakdown_blocks(points: pd.DataFrame, meta: SuiteMeta, stem: str, out_dir:
 
 def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, stem: str,
                  out_dir: Path) -> list[Block]:
-    groups = equivalent_groups(points, meta.equivalent)
+    groups = [with_reference_repeats(g) for g in equivalent_groups(points, meta.equivalent)]
     tolerance = {"rtol": LOSS_RTOL, "atol": LOSS_ATOL, **meta.equivalent_tolerance}
     figure = plots.loss_curves(groups, out_dir / f"{stem}-losses.png", **tolerance)
     if figure is None:
@@ -281,6 +282,11 @@ def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, s
                                          "from the first")]
     blocks.append(Text(f"Within tolerance: every step's loss within {tolerance['atol']:g} + "
                        f"{tolerance['rtol']:.1%} of the group's first point's (same seed, same data)."))
+    if any("repeat_of" in g for g in groups):
+        blocks.append(Text("A `(repeat N)` row is the group's first point measured again in its run: how far one "
+                           "configuration's losses part from run to run. Where that is outside the tolerance, a "
+                           "point outside it by no more is inconclusive (the tolerance cannot tell it from the "
+                           "first point), and one outside by more differs."))
     for i, group in enumerate(groups):
         table = loss_agreement(group, **tolerance)
         blocks += [Table(display(table), f"group {i + 1}"), *_first_loss_note(table, group, records)]

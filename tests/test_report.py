@@ -30,6 +30,7 @@ from benchbay.analysis.tables import (
     loss_agreement,
     point_summary,
     sweep_table,
+    with_reference_repeats,
 )
 from benchbay.record import Record
 from benchbay.report import build_report
@@ -225,6 +226,33 @@ def test_loss_agreement_says_which_points_stay_within_the_tolerance():
     assert table.loc["drifted", "within_tolerance"] == "no (step 1: 3.5 vs 3)"
     assert table.loc["drifted", "max_abs_diff"] == pytest.approx(0.5)
     assert table.loc["compiled", "max_rel_diff"] == pytest.approx(0.01)
+
+
+def test_a_first_point_measured_again_says_what_the_tolerance_can_tell():
+    # the reference's own repeat parts from it by 10% at step 1: a point 5% off is inconclusive, 20% differs
+    group = pd.DataFrame({"name": ["eager", "compiled", "drifted"], "loss_repeats": [
+        [[4.0, 3.0, 2.0], [4.0, 3.3, 2.0]], None, None],
+        "losses": [[4.0, 3.0, 2.0], [4.0, 3.15, 2.0], [4.0, 3.6, 2.0]]})
+    table = loss_agreement(with_reference_repeats(group), rtol=0.02, atol=0.0).set_index("point")
+    assert list(table.index) == ["eager", "eager (repeat 2)", "compiled", "drifted"]
+    assert table.loc["eager (repeat 2)", "within_tolerance"] == "no (step 1: 3.3 vs 3)"
+    assert table.loc["compiled", "within_tolerance"] == \
+        "inconclusive (step 1: 3.15 vs 3): eager's own repeat parts from it by up to 10.0%"
+    assert table.loc["drifted", "within_tolerance"] == "no (step 1: 3.6 vs 3)"
+    # a repeat within the tolerance leaves every verdict as it was
+    group.at[0, "loss_repeats"] = [[4.0, 3.0, 2.0], [4.0, 3.01, 2.0]]
+    table = loss_agreement(with_reference_repeats(group), rtol=0.02, atol=0.0).set_index("point")
+    assert list(table["within_tolerance"]) == ["yes", "yes", "no (step 1: 3.15 vs 3)", "no (step 1: 3.6 vs 3)"]
+
+
+def test_a_points_loss_repeats_are_those_of_its_first_run(train_records):
+    first = next(r for r in train_records if r["status"] == "ok" and r["series"].get("losses"))
+    again = {**first, "repeat": 1, "series": {**first["series"], "losses": [x + 1 for x in first["series"]["losses"]]}}
+    elsewhere = {**first, "run_id": "20261130-000000-beef", "repeat": 2,
+                 "series": {**first["series"], "losses": [0.0] * len(first["series"]["losses"])}}
+    mine = [r for r in train_records if r["point_id"] != first["point_id"]] + [first, elsewhere, again]
+    point = point_summary(records_to_frame(mine)).set_index("point_id").loc[first["point_id"]]
+    assert point["loss_repeats"] == [first["series"]["losses"], again["series"]["losses"]]
 
 
 # --- breakdown -----------------------------------------------------------------------------------

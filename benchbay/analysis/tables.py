@@ -92,6 +92,7 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     out["warmup_detected"] = float(np.median(warmups)) if warmups else np.nan
     for s in SERIES:
         out[s] = _first_valid(ok[s]) if s in ok else None
+    out["loss_repeats"] = _loss_repeats(ok)
     out["health_warnings"] = warnings_of(rows)
     # a decoder's step is the wait for its next sample, which a queue filled ahead answers at once:
     # its spread says nothing of the decoding, whose figures are its latency and CPU
@@ -127,6 +128,18 @@ def _rates_over_step(out: dict[str, Any], ok: pd.DataFrame) -> None:
     for mfu in ("mfu", "mfu_datasheet"):
         if not is_missing(out.get(mfu)) and not is_missing(recorded) and recorded > 0:
             out[mfu] *= out["samples_per_s_per_gpu"] / recorded
+
+
+def _loss_repeats(ok: pd.DataFrame) -> list[list[float]]:
+    """The loss curves measured in the run of the point's first curve (the one its tables show), that
+    one first: the same code and data measured again (another run's may be other code)."""
+    if "losses" not in ok or "run_id" not in ok:
+        return []
+    trained = ok[ok["losses"].map(_has_losses)]
+    if trained.empty:
+        return []
+    same_run = trained[trained["run_id"] == trained["run_id"].iloc[0]]
+    return [list(losses) for losses in same_run["losses"]]
 
 
 def _has_losses(series: Any) -> bool:
@@ -338,16 +351,38 @@ def equivalent_groups(summary: pd.DataFrame, label_groups: Sequence[Sequence[str
     return [g for g in groups if len(g) > 1]
 
 
+def with_reference_repeats(group: pd.DataFrame) -> pd.DataFrame:
+    """The group with its first point's other repeats of the same run as rows of their own, just after
+    it (``name (repeat 2)``, ``repeat_of`` naming the point): how far one configuration's losses part
+    from run to run, the spread a difference between points must exceed to mean anything."""
+    first = group.iloc[0]
+    repeats = first.get("loss_repeats")
+    if not isinstance(repeats, list) or len(repeats) < 2:
+        return group
+    again = [{**first.to_dict(), "name": f"{first['name']} (repeat {j})", "losses": losses,
+              "repeat_of": first["name"]} for j, losses in enumerate(repeats[1:], 2)]
+    return pd.concat([group.iloc[:1], pd.DataFrame(again), group.iloc[1:]], ignore_index=True)
+
+
 def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = LOSS_ATOL) -> pd.DataFrame:
     """Each member's final loss, its largest differences from the group's first member and whether
-    every step stays within ``atol + rtol * |first|`` (gate.compare_losses)."""
+    every step stays within ``atol + rtol * |first|`` (gate.compare_losses). Where the first member's
+    own repeat (:func:`with_reference_repeats`) is outside that too, a member outside it by no more than
+    that repeat's largest relative difference is ``inconclusive``: the tolerance is finer than the
+    point's run-to-run spread, so it cannot tell; one outside by more is ``no``."""
     reference = np.asarray(group["losses"].iloc[0], dtype=float)
     first = str(group["name"].iloc[0])
+    checks = [compare_losses(reference, np.asarray(row["losses"], dtype=float), first, str(row["name"]),
+                             rtol=rtol, atol=atol) for _, row in group.iterrows()]
+    repeat_of = group["repeat_of"] if "repeat_of" in group else pd.Series([None] * len(group), index=group.index)
+    spread = max((c.max_rel_diff for c, of in zip(checks, repeat_of, strict=True) if not is_missing(of)
+                  and not c.passed), default=None)
     rows = []
-    for _, row in group.iterrows():
+    for (_, row), check, of in zip(group.iterrows(), checks, repeat_of, strict=True):
         losses = np.asarray(row["losses"], dtype=float)
-        check = compare_losses(reference, losses, first, str(row["name"]), rtol=rtol, atol=atol)
         within = "yes" if check.passed else f"no ({check.message})"
+        if not check.passed and spread is not None and is_missing(of) and check.max_rel_diff <= spread:
+            within = f"inconclusive ({check.message}): {first}'s own repeat parts from it by up to {spread:.1%}"
         if row.get("fidelity", "") and not str(row["fidelity"]).startswith(("faithful", NOT_RECORDED)):
             # losses of a few steps cannot see lost updates: a point that is not faithful fails
             within = f"no (update fidelity: {row['fidelity']})"

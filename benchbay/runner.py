@@ -248,7 +248,9 @@ class SuiteRunner:
         manifest.update(state="interrupted" if stopped else "complete",
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         store.write_manifest(self.run, manifest)
-        latest = {(r.point_id, r.repeat): r for r in store.typed_records(self.run)}
+        # by today's identity, as the resume keys them: a retried record from before a knob was added
+        # is the same point as its retry, which stands for it
+        latest = {(store.today_point_id(r), r.repeat): r for r in store.typed_records(self.run)}
         summary.failed = [describe(r) for r in latest.values() if r.failed]
         return summary
 

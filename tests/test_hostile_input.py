@@ -1,5 +1,7 @@
 """A suite's name is one safe path component: nothing it says writes outside the results root."""
 
+import json
+
 import pytest
 
 from benchbay.store import run_dir
@@ -482,6 +484,24 @@ def test_retry_failed_measures_the_failed_points_of_a_resumed_run_again(tmp_path
     assert sorted(frame["status"]) == ["ok"] * 4 and len(store.read_records(folder)) == 5
     assert cli.main([*run, "--retry-failed"]) == 2
     assert "--retry-failed: with --resume" in capsys.readouterr().err
+
+
+def test_a_retry_stands_for_a_failed_record_from_before_a_knob_was_added(tmp_path, monkeypatch):
+    from benchbay import cli, store
+
+    launcher = _FailsOnce()
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    run = ["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]
+    assert cli.main(run) == 1
+    (folder,) = (tmp_path / "results" / "s").iterdir()
+    # the crashed record as an older benchbay wrote it: without a knob that has its default today
+    records = store.read_records(folder)
+    failed = next(r for r in records if r["status"] == "crash")
+    del failed["knobs"]["deterministic"]
+    failed["point_id"] = store.point_id(failed["workload"], failed["params"], failed["knobs"])
+    (folder / store.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert cli.main([*run, "--resume", folder.name, "--retry-failed"]) == 0  # the retry is that point
 
 
 def test_show_of_a_pattern_matching_several_runs_says_so(tmp_path, capsys):

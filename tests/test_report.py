@@ -255,6 +255,16 @@ def test_a_points_loss_repeats_are_those_of_its_first_run(train_records):
     assert point["loss_repeats"] == [first["series"]["losses"], again["series"]["losses"]]
 
 
+def test_a_points_figures_are_of_all_its_repeats_not_its_first(train_records):
+    first = next(r for r in train_records if r["status"] == "ok")
+    twice = [{**first, "extra": {**first["extra"], "view_latency_ms_median": ms, "backend": "torchcodec"}}
+             for ms in (116.5, 107.5)]
+    point = point_summary(records_to_frame([{**twice[0]}, {**twice[1], "repeat": 1}])).iloc[0]
+    assert point["repeats"] == 2
+    assert point["extra.view_latency_ms_median"] == pytest.approx(112.0)  # the median, as the metrics'
+    assert point["extra.backend"] == "torchcodec"
+
+
 # --- breakdown -----------------------------------------------------------------------------------
 def test_waterfall_deltas_match_the_records(train_records, train):
     table = waterfall(train, BREAKDOWN).set_index("label")

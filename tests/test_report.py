@@ -208,6 +208,19 @@ def test_a_configuration_is_named_by_its_label_before_the_batch_it_runs_at():
     assert [name for name, _ in configurations(points)] == ["precision=bf16_mixed", "precision=bf16"]
 
 
+def test_points_sharing_a_label_are_named_by_what_differs(train_records):
+    # a label measured under an older version of the suite is another point: two rows of one name
+    # would read as two figures of one point
+    from benchbay.store import point_id
+
+    first = next(r for r in train_records if r["status"] == "ok" and r["label"] == "baseline")
+    knobs = {**first["knobs"], "offload": "optimizer"}
+    older = {**first, "knobs": knobs, "point_id": point_id(first["workload"], first["params"], knobs)}
+    names = list(point_summary(records_to_frame([first, older]))["name"])
+    assert names == ["baseline (offload=none)", "baseline (offload=optimizer)"]
+    assert list(point_summary(records_to_frame([first]))["name"]) == ["baseline"]
+
+
 def test_loss_groups_pair_points_that_differ_in_compile_or_graphs_only(train):
     groups = [sorted(g["name"]) for g in equivalent_groups(train)]
     assert groups == [["+attention", "+compile", "+cuda_graph"], ["+selective", "best-cuda_graph"]]

@@ -198,12 +198,16 @@ def point_summary(df: pd.DataFrame, peak_flops: float | None = None,
 
 def _names(points: pd.DataFrame, varying: Sequence[str]) -> pd.Series:
     """Each point's label; an unlabelled point is named after the labelled point it differs
-    from least plus those differences (``baseline, mbs=8``), else by its varying knobs."""
+    from least plus those differences (``baseline, mbs=8``), else by its varying knobs. Points that
+    share a label (one measured under an older version of the suite) are told apart by what differs
+    (``+full_recompute@32 (trim_prompts=False)``): two rows of one name would read as a contradiction."""
     labelled = [row for _, row in points.iterrows() if isinstance(row["label"], str)]
 
     def name(row: pd.Series) -> str:
         if isinstance(row["label"], str):
-            return row["label"]
+            twins = [other for other in labelled if other["label"] == row["label"] and other.name != row.name]
+            differ = [c for c in varying if any(str(row[c]) != str(other[c]) for other in twins)]
+            return f"{row['label']} ({describe(row, differ)})" if differ else row["label"]
         if not labelled:
             return describe(row, varying)
         diffs = [[c for c in varying if str(row[c]) != str(ref[c])] for ref in labelled]

@@ -32,10 +32,15 @@ def test_readme_row_matches_its_record(row):
     point = summary[summary["label"] == label].iloc[0]
     assert numerics == f"{point['precision']} / {point['optimizer']}"
     assert int(mbs) == point["mbs"]
-    assert step == f"{point['step_time_s']:.3f}"
-    assert rate == f"{point['samples_per_s_per_gpu']:.2f}"
-    assert mfu == f"{point['mfu']:.1%} / {point['mfu_datasheet']:.1%}"
-    assert fidelity == point["fidelity"]
+    assert_figures(point, label, step, rate, mfu, fidelity)
+
+
+def assert_figures(point: pd.Series, label: str, step: str, rate: str, mfu: str, fidelity: str) -> None:
+    """A README row's step, samples/s/GPU (bold or not), MFU on both peaks and fidelity are its point's."""
+    assert step == f"{point['step_time_s']:.3f}", label
+    assert rate.strip("*") == f"{point['samples_per_s_per_gpu']:.2f}", label
+    assert mfu == f"{point['mfu']:.1%} / {point['mfu_datasheet']:.1%}", label
+    assert fidelity == point["fidelity"], label
 
 
 def marked_rows(marker: str) -> list[list[str]]:
@@ -126,10 +131,7 @@ def test_readme_dreamzero_5b_frontier_table_is_its_report():
         if point["status"] != "ok":
             assert rate == point["status"].upper(), label
             continue
-        assert step == f"{point['step_time_s']:.3f}", label
-        assert rate.strip("*") == f"{point['samples_per_s_per_gpu']:.2f}", label
-        assert mfu == f"{point['mfu']:.1%} / {point['mfu_datasheet']:.1%}", label
-        assert fidelity == point["fidelity"], label
+        assert_figures(point, label, step, rate, mfu, fidelity)
         if change.startswith(("+", "-")):  # a lever's change against the point above it, as the report's breakdown
             c = changes.loc[label]
             assert change.split(" (")[0] == (f"{c['step_change']:+.1%} [{c['step_change_low'] * 100:+.1f}, "

@@ -62,21 +62,22 @@ def _first_valid(values: pd.Series) -> Any:
     return next((v for v in values if not is_missing(v)), None)
 
 
-def _median_if_numeric(values: pd.Series) -> Any:
-    present = [v for v in values if not is_missing(v)]
-    if present and all(isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
-                       for v in present):
-        return float(np.median(present))
-    return _first_valid(values)
+def _carried(rows: pd.DataFrame, ok: pd.DataFrame, column: str) -> Any:
+    """A point's value of a column its records carry: the first record's, but a numeric extra (a
+    decoder's latency, a phase's time) is the median over the ok repeats, as the metrics are: a row
+    that says 2 repeats shows no figure of one of them only."""
+    if column.startswith("extra.") and len(ok) > 1:
+        present = [v for v in ok[column] if not is_missing(v)]
+        if present and all(isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
+                           for v in present):
+            return float(np.median(present))
+    return _first_valid(rows[column])
 
 
 def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, Any]:
     ok = rows[rows["status"] == Status.OK]
     figures = ok if len(ok) else rows
-    # a numeric extra (a decoder's latency, a phase's time) is the median over the ok repeats, as the
-    # metrics are: a row that says 2 repeats shows no figure of one of them only
-    out = {c: _median_if_numeric(ok[c]) if c.startswith("extra.") and len(ok) > 1 else _first_valid(rows[c])
-           for c in carried}
+    out = {c: _carried(rows, ok, c) for c in carried}
     out["label"] = _first_valid(rows["label"]) if "label" in rows else None
     out["repeats"] = len(rows)
     out["status"] = combined_status(rows["status"].astype(str))

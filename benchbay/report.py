@@ -284,9 +284,9 @@ def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, s
                        f"{tolerance['rtol']:.1%} of the group's first point's (same seed, same data)."))
     if any("repeat_of" in g for g in groups):
         blocks.append(Text("A `(repeat N)` row is the group's first point measured again in its run: how far one "
-                           "configuration's losses part from run to run. Where that is outside the tolerance, a "
-                           "point outside it by no more is inconclusive (the tolerance cannot tell it from the "
-                           "first point), and one outside by more differs."))
+                           "configuration's losses part from run to run. Each of its runs is as good a reference as "
+                           "another, so there a point is within tolerance when every step's loss lies within the "
+                           "tolerance of the band the first point's runs span at that step."))
     for i, group in enumerate(groups):
         table = loss_agreement(group, **tolerance)
         blocks += [Table(display(table), f"group {i + 1}"), *_first_loss_note(table, group, records)]

@@ -382,23 +382,23 @@ def with_reference_repeats(group: pd.DataFrame) -> pd.DataFrame:
 
 def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = LOSS_ATOL) -> pd.DataFrame:
     """Each member's final loss, its largest differences from the group's first member and whether
-    every step stays within ``atol + rtol * |first|`` (gate.compare_losses). Where the first member's
-    own repeat (:func:`with_reference_repeats`) is outside that too, a member outside it by no more than
-    that repeat's largest relative difference is ``inconclusive``: the tolerance is finer than the
-    point's run-to-run spread, so it cannot tell; one outside by more is ``no``."""
+    every step stays within ``atol + rtol * |first|`` (gate.compare_losses). Where the first member
+    was measured again (:func:`with_reference_repeats`), each of its runs is as good a reference as
+    the other, so a member agrees when every step lies within that tolerance of the band its runs span
+    (lowest to highest loss at that step); a repeat's own row says how far it parts from the first."""
     reference = np.asarray(group["losses"].iloc[0], dtype=float)
     first = str(group["name"].iloc[0])
-    checks = [compare_losses(reference, np.asarray(row["losses"], dtype=float), first, str(row["name"]),
-                             rtol=rtol, atol=atol) for _, row in group.iterrows()]
     repeat_of = group["repeat_of"] if "repeat_of" in group else pd.Series([None] * len(group), index=group.index)
-    spread = max((c.max_rel_diff for c, of in zip(checks, repeat_of, strict=True) if not is_missing(of)
-                  and not c.passed), default=None)
+    runs = [np.asarray(x, dtype=float) for x, of in zip(group["losses"], repeat_of, strict=True)
+            if not is_missing(of)]
+    runs = [reference, *runs] if runs and all(r.size == reference.size for r in runs) else []
     rows = []
-    for (_, row), check, of in zip(group.iterrows(), checks, repeat_of, strict=True):
+    for (_, row), of in zip(group.iterrows(), repeat_of, strict=True):
         losses = np.asarray(row["losses"], dtype=float)
+        check = compare_losses(reference, losses, first, str(row["name"]), rtol=rtol, atol=atol)
         within = "yes" if check.passed else f"no ({check.message})"
-        if not check.passed and spread is not None and is_missing(of) and check.max_rel_diff <= spread:
-            within = f"inconclusive ({check.message}): {first}'s own repeat parts from it by up to {spread:.1%}"
+        if runs and is_missing(of) and row["name"] != first:
+            within = _within_band(np.vstack(runs), losses, first, rtol, atol)
         if row.get("fidelity", "") and not str(row["fidelity"]).startswith(("faithful", NOT_RECORDED)):
             # losses of a few steps cannot see lost updates: a point that is not faithful fails
             within = f"no (update fidelity: {row['fidelity']})"
@@ -406,3 +406,16 @@ def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = L
                      "max_abs_diff": check.max_abs_diff, "max_rel_diff": check.max_rel_diff,
                      "within_tolerance": within})
     return pd.DataFrame(rows)
+
+
+def _within_band(runs: np.ndarray, losses: np.ndarray, first: str, rtol: float, atol: float) -> str:
+    """``yes ...`` when every step of ``losses`` lies within the tolerance of the band ``runs`` (one row
+    a run of the group's first point) span at that step, else ``no`` naming the first step outside."""
+    if losses.size != runs.shape[1]:
+        return f"no ({losses.size} steps vs {runs.shape[1]} of {first}'s)"
+    low, high = runs.min(axis=0), runs.max(axis=0)
+    inside = (losses >= low - (atol + rtol * np.abs(low))) & (losses <= high + atol + rtol * np.abs(high))
+    if inside.all():
+        return f"yes (within the band of {first}'s {len(runs)} runs)"
+    step = int(np.flatnonzero(~inside)[0])
+    return f"no (step {step}: {losses[step]:.6g} outside {first}'s runs' {low[step]:.6g} to {high[step]:.6g})"

@@ -605,3 +605,12 @@ def test_a_compiled_point_whose_regions_broke_says_so_in_its_notes():
     notes = point_summary(records_to_frame([broke, whole])).set_index("label")["notes"]
     assert notes["+compile"] == "compiled in part: 6 graph breaks (Failed to trace builtin operator (x3))"
     assert notes["+compile whole"] == ""
+
+
+def test_a_point_whose_repeats_ran_on_two_cards_says_so():
+    # a run resumed on another host keeps its machine key: its repeats pool two cards' speeds
+    here = cpu_point("eager", "off", QUIET_EAGER)
+    elsewhere = {**here, "repeat": 1, "env": {**here["env"], "gpu_uuid_hash": "b" * 10}}
+    here = {**here, "env": {**here["env"], "gpu_uuid_hash": "a" * 10}}
+    assert point_summary(records_to_frame([here, elsewhere]))["notes"].tolist() == ["repeats on 2 cards"]
+    assert point_summary(records_to_frame([here, {**elsewhere, "env": here["env"]}]))["notes"].tolist() == [""]

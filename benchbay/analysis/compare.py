@@ -48,7 +48,7 @@ import pandas as pd
 
 from benchbay.analysis.cost import COST, cost_per_million_samples
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
-from benchbay.analysis.quality import notes, warnings_of
+from benchbay.analysis.quality import cards_note, notes, warnings_of
 from benchbay.analysis.stats import (
     STEP_STATISTIC,
     bootstrap_ratio,
@@ -363,7 +363,7 @@ def point_caution(point: MatchedPoint) -> str:
         ok = _ok(rows)
         steps = [steady_step_times(r) for _, r in ok.iterrows()]
         pooled = np.concatenate(steps) if steps else np.empty(0)
-        text = notes(coefficient_of_variation(pooled) if pooled.size > 1 else None, warnings_of(ok))
+        text = notes(coefficient_of_variation(pooled) if pooled.size > 1 else None, [*warnings_of(ok), cards_note(ok)])
         if text:
             parts.append(f"{side} {text}")
     return "; ".join(parts)

@@ -46,6 +46,13 @@ def graph_break_note(rows: pd.DataFrame) -> str | None:
     return f"compiled in part: {int(max(counts))} graph breaks" + (f" ({reasons[0]})" if reasons else "")
 
 
+def cards_note(rows: pd.DataFrame) -> str | None:
+    """``repeats on 2 cards``: a point's repeats measured on different GPUs (a run resumed on another
+    host keeps its machine key), whose pooled figures mix two cards' speeds."""
+    cards = {c for c in rows.get("env.gpu_uuid_hash", ()) if not is_missing(c)}
+    return f"repeats on {len(cards)} cards" if len(cards) > 1 else None
+
+
 def notes(cv: float | None, warnings: Iterable[str]) -> str:
     """``noisy: CV 0.41; busy CPU: ...``, or "" for a point measured quietly."""
     return "; ".join(n for n in (noise_note(cv), *warnings) if n)

@@ -29,6 +29,8 @@ from benchbay.analysis.tables import (
     equivalent_groups,
     loss_agreement,
     point_summary,
+    reference_band,
+    reference_runs,
     sweep_table,
     with_reference_repeats,
 )
@@ -255,6 +257,10 @@ def test_a_first_point_measured_again_is_a_band_of_references():
     assert table.loc["drifted", "within_tolerance"] == "no (step 1: 3.6 outside eager's runs' 3 to 3.3)"
     # the differences stay those from the first run
     assert table.loc["between", "max_rel_diff"] == pytest.approx(0.05)
+    # the band the verdicts use is the one the loss figure shades
+    lower, upper = reference_band(reference_runs(with_reference_repeats(group)), rtol=0.02, atol=0.0)
+    assert lower[1] == pytest.approx(3.0 * 0.98) and upper[1] == pytest.approx(3.3 * 1.02)
+    assert list(reference_runs(group)[0]) == [4.0, 3.0, 2.0] and len(reference_runs(group)) == 1
     # a point not faithful fails whatever its losses do
     group["fidelity"] = ["faithful (1.00)", "lossy (0.40)", "", ""]
     table = loss_agreement(with_reference_repeats(group), rtol=0.02, atol=0.0).set_index("point")

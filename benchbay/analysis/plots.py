@@ -17,7 +17,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from benchbay.analysis.compare import Verdict
-from benchbay.analysis.tables import configurations, device_word
+from benchbay.analysis.tables import configurations, device_word, reference_band, reference_runs
 from benchbay.record import Status
 
 DPI = 110
@@ -134,7 +134,8 @@ def step_time_distributions(summary: pd.DataFrame, path: Path) -> Path | None:
 def loss_curves(groups: Sequence[pd.DataFrame], path: Path, rtol: float, atol: float) -> Path | None:
     """Per group of points that should train alike: each point's loss per step and, below it, its
     difference from the group's first point relative to that point's loss, inside the band the
-    tolerance allows (atol + rtol * |first|): where losses swing by 10x, only the second reads."""
+    tolerance allows (tables.reference_band: around each of the first point's runs where it was
+    measured again): where losses swing by 10x, only the second reads."""
     if not groups:
         return None
     cols, rows = min(len(groups), 3), -(-len(groups) // 3)
@@ -153,8 +154,10 @@ def loss_curves(groups: Sequence[pd.DataFrame], path: Path, rtol: float, atol: f
             top.plot(np.arange(losses.size), losses, label=point["name"], alpha=0.8)
             n = min(losses.size, reference.size)
             bottom.plot(np.arange(n), 100 * (losses[:n] - reference[:n]) / np.abs(reference[:n]), alpha=0.8)
-        band = 100 * (atol + rtol * np.abs(reference)) / np.abs(reference)
-        bottom.fill_between(np.arange(reference.size), -band, band, color="grey", alpha=0.2, label="tolerance")
+        runs = reference_runs(group)
+        lower, upper = (100 * (edge - reference) / np.abs(reference) for edge in reference_band(runs, rtol, atol))
+        bottom.fill_between(np.arange(reference.size), lower, upper, color="grey", alpha=0.2,
+                            label="tolerance" if len(runs) == 1 else f"tolerance around its {len(runs)} runs")
         top.set_ylabel("loss")
         bottom.set_ylabel(f"% from {group['name'].iloc[0]}")
         for ax in (top, bottom):

@@ -381,25 +381,39 @@ def with_reference_repeats(group: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([group.iloc[:1], pd.DataFrame(again), group.iloc[1:]], ignore_index=True)
 
 
+def reference_runs(group: pd.DataFrame) -> np.ndarray:
+    """The loss curves of the group's first point, one row a run: its own and, where it was measured
+    again (:func:`with_reference_repeats`), its repeats' (only its own where their lengths differ)."""
+    reference = np.asarray(group["losses"].iloc[0], dtype=float)
+    repeat_of = group["repeat_of"] if "repeat_of" in group else pd.Series([None] * len(group), index=group.index)
+    runs = [np.asarray(x, dtype=float) for x, of in zip(group["losses"], repeat_of, strict=True) if not is_missing(of)]
+    return np.vstack([reference, *runs]) if all(r.size == reference.size for r in runs) else reference[None]
+
+
+def reference_band(runs: np.ndarray, rtol: float, atol: float) -> tuple[np.ndarray, np.ndarray]:
+    """The lowest and highest loss at each step that agrees with ``runs`` (:func:`reference_runs`):
+    within ``atol + rtol * |loss|`` of the band its runs span at that step (one run: of that run)."""
+    low, high = runs.min(axis=0), runs.max(axis=0)
+    return low - (atol + rtol * np.abs(low)), high + atol + rtol * np.abs(high)
+
+
 def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = LOSS_ATOL) -> pd.DataFrame:
     """Each member's final loss, its largest differences from the group's first member and whether
     every step stays within ``atol + rtol * |first|`` (gate.compare_losses). Where the first member
     was measured again (:func:`with_reference_repeats`), each of its runs is as good a reference as
-    the other, so a member agrees when every step lies within that tolerance of the band its runs span
-    (lowest to highest loss at that step); a repeat's own row says how far it parts from the first."""
+    the other, so a member agrees when every step lies within :func:`reference_band`; a repeat's own
+    row says how far it parts from the first."""
     reference = np.asarray(group["losses"].iloc[0], dtype=float)
     first = str(group["name"].iloc[0])
     repeat_of = group["repeat_of"] if "repeat_of" in group else pd.Series([None] * len(group), index=group.index)
-    runs = [np.asarray(x, dtype=float) for x, of in zip(group["losses"], repeat_of, strict=True)
-            if not is_missing(of)]
-    runs = [reference, *runs] if runs and all(r.size == reference.size for r in runs) else []
+    runs = reference_runs(group)
     rows = []
     for (_, row), of in zip(group.iterrows(), repeat_of, strict=True):
         losses = np.asarray(row["losses"], dtype=float)
         check = compare_losses(reference, losses, first, str(row["name"]), rtol=rtol, atol=atol)
         within = "yes" if check.passed else f"no ({check.message})"
-        if runs and is_missing(of) and row["name"] != first:
-            within = _within_band(np.vstack(runs), losses, first, rtol, atol)
+        if len(runs) > 1 and is_missing(of) and row["name"] != first:
+            within = _within_band(runs, losses, first, rtol, atol)
         if row.get("fidelity", "") and not str(row["fidelity"]).startswith(("faithful", NOT_RECORDED)):
             # losses of a few steps cannot see lost updates: a point that is not faithful fails
             within = f"no (update fidelity: {row['fidelity']})"
@@ -410,13 +424,14 @@ def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = L
 
 
 def _within_band(runs: np.ndarray, losses: np.ndarray, first: str, rtol: float, atol: float) -> str:
-    """``yes ...`` when every step of ``losses`` lies within the tolerance of the band ``runs`` (one row
-    a run of the group's first point) span at that step, else ``no`` naming the first step outside."""
+    """``yes ...`` when every step of ``losses`` lies within :func:`reference_band`, else ``no``
+    naming the first step outside and the span of the first point's runs there."""
     if losses.size != runs.shape[1]:
         return f"no ({losses.size} steps vs {runs.shape[1]} of {first}'s)"
-    low, high = runs.min(axis=0), runs.max(axis=0)
-    inside = (losses >= low - (atol + rtol * np.abs(low))) & (losses <= high + atol + rtol * np.abs(high))
+    lower, upper = reference_band(runs, rtol, atol)
+    inside = (losses >= lower) & (losses <= upper)
     if inside.all():
         return f"yes (within the band of {first}'s {len(runs)} runs)"
     step = int(np.flatnonzero(~inside)[0])
-    return f"no (step {step}: {losses[step]:.6g} outside {first}'s runs' {low[step]:.6g} to {high[step]:.6g})"
+    low, high = runs[:, step].min(), runs[:, step].max()
+    return f"no (step {step}: {losses[step]:.6g} outside {first}'s runs' {low:.6g} to {high:.6g})"

@@ -381,11 +381,16 @@ def with_reference_repeats(group: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([group.iloc[:1], pd.DataFrame(again), group.iloc[1:]], ignore_index=True)
 
 
+def _repeat_of(group: pd.DataFrame) -> pd.Series:
+    """Per row, the point it is a repeat of (:func:`with_reference_repeats`), missing for a point's own row."""
+    return group["repeat_of"] if "repeat_of" in group else pd.Series([None] * len(group), index=group.index)
+
+
 def reference_runs(group: pd.DataFrame) -> np.ndarray:
     """The loss curves of the group's first point, one row a run: its own and, where it was measured
     again (:func:`with_reference_repeats`), its repeats' (only its own where their lengths differ)."""
     reference = np.asarray(group["losses"].iloc[0], dtype=float)
-    repeat_of = group["repeat_of"] if "repeat_of" in group else pd.Series([None] * len(group), index=group.index)
+    repeat_of = _repeat_of(group)
     runs = [np.asarray(x, dtype=float) for x, of in zip(group["losses"], repeat_of, strict=True) if not is_missing(of)]
     return np.vstack([reference, *runs]) if all(r.size == reference.size for r in runs) else reference[None]
 
@@ -405,7 +410,7 @@ def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = L
     row says how far it parts from the first."""
     reference = np.asarray(group["losses"].iloc[0], dtype=float)
     first = str(group["name"].iloc[0])
-    repeat_of = group["repeat_of"] if "repeat_of" in group else pd.Series([None] * len(group), index=group.index)
+    repeat_of = _repeat_of(group)
     runs = reference_runs(group)
     rows = []
     for (_, row), of in zip(group.iterrows(), repeat_of, strict=True):

@@ -40,8 +40,9 @@ from benchbay.analysis.tables import (
     in_label_order,
     loss_agreement,
     point_summary,
+    repeat_of,
     sweep_table,
-    with_reference_repeats,
+    with_repeats,
 )
 from benchbay.document import Block, Heading, Image, Table, Text
 from benchbay.record import DELIVERED_RATE
@@ -272,7 +273,7 @@ def _breakdown_blocks(points: pd.DataFrame, meta: SuiteMeta, stem: str, out_dir:
 
 def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, stem: str,
                  out_dir: Path) -> list[Block]:
-    groups = [with_reference_repeats(g) for g in equivalent_groups(points, meta.equivalent)]
+    groups = [with_repeats(g) for g in equivalent_groups(points, meta.equivalent)]
     tolerance = {"rtol": LOSS_RTOL, "atol": LOSS_ATOL, **meta.equivalent_tolerance}
     figure = plots.loss_curves(groups, out_dir / f"{stem}-losses.png", **tolerance)
     if figure is None:
@@ -283,10 +284,12 @@ def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, s
     blocks.append(Text(f"Within tolerance: every step's loss within {tolerance['atol']:g} + "
                        f"{tolerance['rtol']:.1%} of the group's first point's (same seed, same data)."))
     if any("repeat_of" in g for g in groups):
-        blocks.append(Text("A `(repeat N)` row is the group's first point measured again in its run: how far one "
-                           "configuration's losses part from run to run. Each of its runs is as good a reference as "
-                           "another, so there a point is within tolerance when every step's loss lies within the "
-                           "tolerance of the band the first point's runs span at that step."))
+        blocks.append(Text("A `(repeat N)` row is a point measured again in its run (dashed in the figure): how far "
+                           "one configuration's losses part from run to run. Each of a point's runs is as good as "
+                           "another, so a point is within tolerance when at every step the span of its runs meets "
+                           "the tolerance of the band the first point's runs span there: the two cannot be told "
+                           "apart beyond the tolerance. A repeat's own row says where that run lies (the first "
+                           "point's against its first run, another point's against the band)."))
     for i, group in enumerate(groups):
         table = loss_agreement(group, **tolerance)
         blocks += [Table(display(table), f"group {i + 1}"), *_first_loss_note(table, group, records)]
@@ -295,7 +298,8 @@ def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, s
 
 def _first_loss_note(table: pd.DataFrame, group: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
     """Why a point that differs at step 0 proves nothing: that loss comes before any update."""
-    differ = table.loc[table["within_tolerance"].str.startswith("no (step 0:"), "point"]
+    points = table["point"].isin(group.loc[repeat_of(group).map(is_missing).to_numpy(), "name"])  # not repeats
+    differ = table.loc[points & table["within_tolerance"].str.startswith("no (step 0:"), "point"]
     if differ.empty:
         return []
     ids = dict(zip(group["name"], group["point_id"], strict=True))

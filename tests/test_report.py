@@ -32,7 +32,7 @@ from benchbay.analysis.tables import (
     reference_band,
     reference_runs,
     sweep_table,
-    with_reference_repeats,
+    with_repeats,
 )
 from benchbay.record import Record
 from benchbay.report import build_report
@@ -249,7 +249,7 @@ def test_a_first_point_measured_again_is_a_band_of_references():
     group = pd.DataFrame({"name": ["eager", "between", "edge", "drifted"], "loss_repeats": [
         [[4.0, 3.0, 2.0], [4.0, 3.3, 2.0]], None, None, None],
         "losses": [[4.0, 3.0, 2.0], [4.0, 3.15, 2.0], [4.0, 3.36, 1.97], [4.0, 3.6, 2.0]]})
-    table = loss_agreement(with_reference_repeats(group), rtol=0.02, atol=0.0).set_index("point")
+    table = loss_agreement(with_repeats(group), rtol=0.02, atol=0.0).set_index("point")
     assert list(table.index) == ["eager", "eager (repeat 2)", "between", "edge", "drifted"]
     assert table.loc["eager (repeat 2)", "within_tolerance"] == "no (step 1: 3.3 vs 3)"
     assert table.loc["between", "within_tolerance"] == "yes (within the band of eager's 2 runs)"
@@ -258,13 +258,40 @@ def test_a_first_point_measured_again_is_a_band_of_references():
     # the differences stay those from the first run
     assert table.loc["between", "max_rel_diff"] == pytest.approx(0.05)
     # the band the verdicts use is the one the loss figure shades
-    lower, upper = reference_band(reference_runs(with_reference_repeats(group)), rtol=0.02, atol=0.0)
+    lower, upper = reference_band(reference_runs(with_repeats(group)), rtol=0.02, atol=0.0)
     assert lower[1] == pytest.approx(3.0 * 0.98) and upper[1] == pytest.approx(3.3 * 1.02)
     assert list(reference_runs(group)[0]) == [4.0, 3.0, 2.0] and len(reference_runs(group)) == 1
     # a point not faithful fails whatever its losses do
     group["fidelity"] = ["faithful (1.00)", "lossy (0.40)", "", ""]
-    table = loss_agreement(with_reference_repeats(group), rtol=0.02, atol=0.0).set_index("point")
+    table = loss_agreement(with_repeats(group), rtol=0.02, atol=0.0).set_index("point")
     assert table.loc["between", "within_tolerance"] == "no (update fidelity: lossy (0.40))"
+
+
+def test_a_member_measured_again_agrees_when_its_runs_meet_the_band():
+    # one run of "noisy" leaves eager's band at step 1, its second run lies inside; "straddling"'s runs lie
+    # either side of it: neither can be told apart from eager; "shifted" leaves it in both runs
+    group = pd.DataFrame({"name": ["eager", "noisy", "straddling", "shifted"], "loss_repeats": [
+        [[4.0, 3.0, 2.0], [4.0, 3.1, 2.0]], [[4.0, 3.5, 2.0], [4.0, 3.05, 2.01]],
+        [[4.0, 2.5, 2.0], [4.0, 3.5, 2.0]], [[4.0, 3.6, 2.0], [4.0, 3.5, 2.0]]],
+        "losses": [[4.0, 3.0, 2.0], [4.0, 3.5, 2.0], [4.0, 2.5, 2.0], [4.0, 3.6, 2.0]]})
+    rows = with_repeats(group)
+    assert list(rows["name"]) == ["eager", "eager (repeat 2)", "noisy", "noisy (repeat 2)", "straddling",
+                                  "straddling (repeat 2)", "shifted", "shifted (repeat 2)"]
+    table = loss_agreement(rows, rtol=0.02, atol=0.0).set_index("point")
+    assert table.loc["noisy", "within_tolerance"] == (
+        "yes (its 2 runs' span meets the band of eager's 2 runs at every step)")
+    assert table.loc["noisy (repeat 2)", "within_tolerance"] == "yes (within the band of eager's 2 runs)"
+    assert table.loc["straddling", "within_tolerance"].startswith("yes (its 2 runs' span meets")
+    assert table.loc["shifted", "within_tolerance"] == ("no (step 1: its 2 runs' 3.5 to 3.6 outside eager's runs' "
+                                                        "3 to 3.1)")
+    assert table.loc["shifted (repeat 2)", "within_tolerance"] == "no (step 1: 3.5 outside eager's runs' 3 to 3.1)"
+    assert table.loc["eager (repeat 2)", "within_tolerance"] == "no (step 1: 3.1 vs 3)"  # from the first run
+    # a reference run once: the member's runs against that one run's tolerance
+    once = group.assign(loss_repeats=[None, group["loss_repeats"][1], None, None])
+    table = loss_agreement(with_repeats(once), rtol=0.02, atol=0.0).set_index("point")
+    assert table.loc["noisy", "within_tolerance"] == (
+        "yes (its 2 runs' span meets the band of eager's run at every step)")
+    assert table.loc["shifted", "within_tolerance"] == "no (step 1: 3.6 vs 3)"  # one run each: as ever
 
 
 def test_a_points_loss_repeats_are_those_of_its_first_run(train_records):

@@ -17,7 +17,8 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from benchbay.analysis.compare import Verdict
-from benchbay.analysis.tables import configurations, device_word, reference_band, reference_runs
+from benchbay.analysis.frame import is_missing
+from benchbay.analysis.tables import configurations, device_word, reference_band, reference_runs, repeat_of
 from benchbay.record import Status
 
 DPI = 110
@@ -149,11 +150,17 @@ def loss_curves(groups: Sequence[pd.DataFrame], path: Path, rtol: float, atol: f
             continue
         group = groups[i]
         reference = np.asarray(group["losses"].iloc[0], dtype=float)
-        for _, point in group.iterrows():
+        colors: dict[str, str] = {}
+        for (_, point), of in zip(group.iterrows(), repeat_of(group), strict=True):
             losses = np.asarray(point["losses"], dtype=float)
-            top.plot(np.arange(losses.size), losses, label=point["name"], alpha=0.8)
             n = min(losses.size, reference.size)
-            bottom.plot(np.arange(n), 100 * (losses[:n] - reference[:n]) / np.abs(reference[:n]), alpha=0.8)
+            # a point's repeats in its colour, dashed, one legend entry a point
+            style = {} if is_missing(of) else {"color": colors[of], "linestyle": "--", "linewidth": 1}
+            (line,) = top.plot(np.arange(losses.size), losses, alpha=0.8, **style,
+                               label=point["name"] if is_missing(of) else None)
+            colors.setdefault(point["name"], line.get_color())
+            bottom.plot(np.arange(n), 100 * (losses[:n] - reference[:n]) / np.abs(reference[:n]), alpha=0.8,
+                        **{**style, "color": line.get_color()})
         runs = reference_runs(group)
         lower, upper = (100 * (edge - reference) / np.abs(reference) for edge in reference_band(runs, rtol, atol))
         bottom.fill_between(np.arange(reference.size), lower, upper, color="grey", alpha=0.2,

@@ -368,31 +368,37 @@ def equivalent_groups(summary: pd.DataFrame, label_groups: Sequence[Sequence[str
     return [g for g in groups if len(g) > 1]
 
 
-def with_reference_repeats(group: pd.DataFrame) -> pd.DataFrame:
-    """The group with its first point's other repeats of the same run as rows of their own, just after
-    it (``name (repeat 2)``, ``repeat_of`` naming the point): how far one configuration's losses part
+def with_repeats(group: pd.DataFrame) -> pd.DataFrame:
+    """The group with each point's other repeats of the same run as rows of their own, just after it
+    (``name (repeat 2)``, ``repeat_of`` naming the point): how far one configuration's losses part
     from run to run, the spread a difference between points must exceed to mean anything."""
-    first = group.iloc[0]
-    repeats = first.get("loss_repeats")
-    if not isinstance(repeats, list) or len(repeats) < 2:
-        return group
-    again = [{**first.to_dict(), "name": f"{first['name']} (repeat {j})", "losses": losses,
-              "repeat_of": first["name"]} for j, losses in enumerate(repeats[1:], 2)]
-    return pd.concat([group.iloc[:1], pd.DataFrame(again), group.iloc[1:]], ignore_index=True)
+    rows = []
+    for _, point in group.iterrows():
+        rows.append(point.to_dict())
+        repeats = point.get("loss_repeats")
+        if isinstance(repeats, list) and len(repeats) > 1:
+            rows += [{**point.to_dict(), "name": f"{point['name']} (repeat {j})", "losses": losses,
+                      "repeat_of": point["name"]} for j, losses in enumerate(repeats[1:], 2)]
+    return pd.DataFrame(rows) if len(rows) > len(group) else group
 
 
-def _repeat_of(group: pd.DataFrame) -> pd.Series:
-    """Per row, the point it is a repeat of (:func:`with_reference_repeats`), missing for a point's own row."""
+def repeat_of(group: pd.DataFrame) -> pd.Series:
+    """Per row, the point it is a repeat of (:func:`with_repeats`), missing for a point's own row."""
     return group["repeat_of"] if "repeat_of" in group else pd.Series([None] * len(group), index=group.index)
 
 
+def runs_of(group: pd.DataFrame, name: str) -> np.ndarray:
+    """The loss curves of the group's point ``name``, one row a run: its own and, where it was measured
+    again (:func:`with_repeats`), its repeats' (only its own where their lengths differ)."""
+    own = group["name"] == name
+    mine = np.asarray(group.loc[own, "losses"].iloc[0], dtype=float)
+    runs = [np.asarray(x, dtype=float) for x in group.loc[(repeat_of(group) == name).to_numpy(), "losses"]]
+    return np.vstack([mine, *runs]) if all(r.size == mine.size for r in runs) else mine[None]
+
+
 def reference_runs(group: pd.DataFrame) -> np.ndarray:
-    """The loss curves of the group's first point, one row a run: its own and, where it was measured
-    again (:func:`with_reference_repeats`), its repeats' (only its own where their lengths differ)."""
-    reference = np.asarray(group["losses"].iloc[0], dtype=float)
-    repeat_of = _repeat_of(group)
-    runs = [np.asarray(x, dtype=float) for x, of in zip(group["losses"], repeat_of, strict=True) if not is_missing(of)]
-    return np.vstack([reference, *runs]) if all(r.size == reference.size for r in runs) else reference[None]
+    """The loss curves of the group's first point (:func:`runs_of`): the reference the others follow."""
+    return runs_of(group, str(group["name"].iloc[0]))
 
 
 def reference_band(runs: np.ndarray, rtol: float, atol: float) -> tuple[np.ndarray, np.ndarray]:
@@ -404,21 +410,23 @@ def reference_band(runs: np.ndarray, rtol: float, atol: float) -> tuple[np.ndarr
 
 def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = LOSS_ATOL) -> pd.DataFrame:
     """Each member's final loss, its largest differences from the group's first member and whether
-    every step stays within ``atol + rtol * |first|`` (gate.compare_losses). Where the first member
-    was measured again (:func:`with_reference_repeats`), each of its runs is as good a reference as
-    the other, so a member agrees when every step lies within :func:`reference_band`; a repeat's own
-    row says how far it parts from the first."""
+    every step stays within ``atol + rtol * |first|`` (gate.compare_losses). Where a point was
+    measured again (:func:`with_repeats`), each of its runs is as good as another: a member agrees
+    when at every step the span of its runs meets :func:`reference_band` of the first point's runs
+    (the two cannot be told apart beyond the tolerance). A repeat's own row says where that run lies: the
+    first point's from the first run, a member's against the band."""
     reference = np.asarray(group["losses"].iloc[0], dtype=float)
     first = str(group["name"].iloc[0])
-    repeat_of = _repeat_of(group)
     runs = reference_runs(group)
     rows = []
-    for (_, row), of in zip(group.iterrows(), repeat_of, strict=True):
+    for (_, row), of in zip(group.iterrows(), repeat_of(group), strict=True):
         losses = np.asarray(row["losses"], dtype=float)
         check = compare_losses(reference, losses, first, str(row["name"]), rtol=rtol, atol=atol)
         within = "yes" if check.passed else f"no ({check.message})"
-        if len(runs) > 1 and is_missing(of) and row["name"] != first:
-            within = _within_band(runs, losses, first, rtol, atol)
+        if row["name"] != first and of != first:
+            mine = runs_of(group, str(row["name"])) if is_missing(of) else losses[None]
+            if len(runs) > 1 or len(mine) > 1:
+                within = _within_band(runs, mine, first, rtol, atol)
         if row.get("fidelity", "") and not str(row["fidelity"]).startswith(("faithful", NOT_RECORDED)):
             # losses of a few steps cannot see lost updates: a point that is not faithful fails
             within = f"no (update fidelity: {row['fidelity']})"
@@ -428,15 +436,20 @@ def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = L
     return pd.DataFrame(rows)
 
 
-def _within_band(runs: np.ndarray, losses: np.ndarray, first: str, rtol: float, atol: float) -> str:
-    """``yes ...`` when every step of ``losses`` lies within :func:`reference_band`, else ``no``
-    naming the first step outside and the span of the first point's runs there."""
-    if losses.size != runs.shape[1]:
-        return f"no ({losses.size} steps vs {runs.shape[1]} of {first}'s)"
+def _within_band(runs: np.ndarray, mine: np.ndarray, first: str, rtol: float, atol: float) -> str:
+    """``yes ...`` when at every step the span of the runs ``mine`` meets :func:`reference_band` of
+    ``runs``, else ``no`` naming the first step where it does not and the span of the first point's runs."""
+    if mine.shape[1] != runs.shape[1]:
+        return f"no ({mine.shape[1]} steps vs {runs.shape[1]} of {first}'s)"
     lower, upper = reference_band(runs, rtol, atol)
-    inside = (losses >= lower) & (losses <= upper)
+    inside = (mine.max(axis=0) >= lower) & (mine.min(axis=0) <= upper)
+    theirs = f"{first}'s {len(runs)} runs" if len(runs) > 1 else f"{first}'s run"
     if inside.all():
-        return f"yes (within the band of {first}'s {len(runs)} runs)"
+        return (f"yes (within the band of {theirs})" if len(mine) == 1
+                else f"yes (its {len(mine)} runs' span meets the band of {theirs} at every step)")
     step = int(np.flatnonzero(~inside)[0])
     low, high = runs[:, step].min(), runs[:, step].max()
-    return f"no (step {step}: {losses[step]:.6g} outside {first}'s runs' {low:.6g} to {high:.6g})"
+    span = f"{first}'s runs' {low:.6g} to {high:.6g}" if len(runs) > 1 else f"{first}'s run's {low:.6g}"
+    ours = (f"{mine[0, step]:.6g}" if len(mine) == 1
+            else f"its {len(mine)} runs' {mine[:, step].min():.6g} to {mine[:, step].max():.6g}")
+    return f"no (step {step}: {ours} outside {span})"

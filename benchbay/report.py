@@ -298,8 +298,8 @@ def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, s
 
 def _first_loss_note(table: pd.DataFrame, group: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
     """Why a point that differs at step 0 proves nothing: that loss comes before any update."""
-    points = table["point"].isin(group.loc[repeat_of(group).map(is_missing).to_numpy(), "name"])  # not repeats
-    differ = table.loc[points & table["within_tolerance"].str.startswith("no (step 0:"), "point"]
+    own = repeat_of(group).map(is_missing).to_numpy()  # the table's rows are the group's: points, not repeats
+    differ = table.loc[own & table["within_tolerance"].str.startswith("no (step 0:").to_numpy(), "point"]
     if differ.empty:
         return []
     ids = dict(zip(group["name"], group["point_id"], strict=True))

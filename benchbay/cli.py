@@ -33,6 +33,7 @@ EXAMPLES = """\
 examples:
   benchbay validate suites/quickstart.yaml       check a suite before running it
   benchbay run suites/quickstart.yaml            measure every point, then write reports/quickstart/
+  benchbay tune suites/wallx-tune.yaml           search a suite's tune.space for the best faithful configuration
   benchbay show quickstart                       the results of the suite's runs, one table per workload
   benchbay compare RUN_A RUN_B                   what changed between two runs, with intervals
   benchbay baseline save quickstart --name main  keep the newest run as this machine's baseline
@@ -138,6 +139,8 @@ def cmd_run(args) -> int:
     from benchbay.runner import SuiteRunner
 
     suite = _suite(args)
+    if suite.tune is not None and not suite.raw.get("sweep"):
+        raise ValueError(f"{args.suite}: a tune (tune: and no sweep:): search it with `benchbay tune {args.suite}`")
     resume = True if args.resume == "latest" else (args.resume or False)  # True: the latest run
     if args.retry_failed and not resume:
         raise ValueError("--retry-failed: with --resume (it measures again the failed points of a run)")
@@ -172,6 +175,64 @@ def cmd_run(args) -> int:
     for line in summary.failed:
         print(f"  {line}", file=sys.stderr)
     return 0 if args.allow_failures else 1
+
+
+def cmd_tune(args) -> int:
+    from benchbay.tune.result import emit_suite
+    from benchbay.tune.study import Tuner
+
+    suite = _suite(args)
+    if args.emit_suite:  # before any trial: a bad path fails at once
+        from benchbay.store import writable_file
+
+        writable_file(args.emit_suite, "--emit-suite")
+    resume = True if args.resume == "latest" else (args.resume or False)
+    tuner = Tuner(suite, args.results, resume=resume, launcher=_launcher(args, suite), trials=args.trials,
+                  device_seconds=args.device_seconds, time_budget_s=args.time_budget, peak_flops=_peak_flops())
+    summary = tuner.run_study()
+    result = summary.result
+    best = result.get("best")
+    if best:
+        confirmed = "confirmed" if best["confirmed"] else "not confirmed by repeats"
+        ties = f"; tied within noise with trial(s) {', '.join(map(str, best['ties']))}" if best["ties"] else ""
+        console.print(f"best: trial {best['trial']} ({confirmed}{ties}): {result['objective']['metric']} "
+                      f"{best['objective']:.4g}, " + " ".join(f"{k}={v}" for k, v in best["knobs"].items()),
+                      markup=False, highlight=False)
+    elif result.get("no_feasible"):
+        console.print("no trial met the constraints " + str(result["constraints"]) + "; the closest:",
+                      markup=False, highlight=False)
+        for t in result["no_feasible"]["closest"]:
+            console.print(f"  trial {t['trial']}: {t['why']} ({t['knobs']})", markup=False, highlight=False)
+    console.print(f"tune: {summary.run / 'tune.json'} ({len(result['trials'])} trials, "
+                  f"{result['device_seconds']:.0f} device-s)")
+    if args.emit_suite and best:
+        console.print(f"suite: {emit_suite(summary.run, args.emit_suite)}")
+    if not args.no_report and result["trials"]:
+        console.print(f"report: {_tune_report(summary.run, args.report_dir)}")
+    if summary.interrupted:
+        return 130
+    if summary.unwritable:
+        return 4
+    if summary.out_of_time:
+        return 3
+    return 0 if best else 1
+
+
+def _tune_report(run: Path, out: str | None) -> Path:
+    from benchbay.report import build_report
+    from benchbay.store import load_runs
+
+    meta = _suite_metas([run])
+    name = next(iter(meta), run.parent.name)
+    return build_report(load_runs([run]), Path(out or Path("reports") / name), title=name, suite_meta=meta,
+                        peak_flops=_peak_flops(), tunes=_tunes([run]))
+
+
+def _tunes(runs) -> dict:
+    """Each tune run's ``tune.json``, read as data (benchbay.tune.result)."""
+    from benchbay.tune.result import read_result
+
+    return {run.name: result for run in runs if (result := read_result(run)) is not None}
 
 
 def _regressed(run: Path, baseline_name: str | None, results: str) -> list[str]:
@@ -293,7 +354,7 @@ def cmd_report(args) -> int:
         named = "combined"
     out = Path(args.out or Path("reports") / named)
     path = build_report(load_runs(runs), out, title=title, suite_meta=metas, peak_flops=_peak_flops(),
-                        price_per_gpu_hour=args.price_per_gpu_hour)
+                        price_per_gpu_hour=args.price_per_gpu_hour, tunes=_tunes(runs))
     console.print(f"report: {path} (and {path.with_suffix('.md')})")
     return 0
 
@@ -493,6 +554,23 @@ def _suite_commands(sub) -> None:
                    help="submitit parameter, e.g. slurm_partition=gpu, folder=/shared/jobs (repeatable)")
     p.add_argument("--report-dir", help="where the report goes (default: reports/<suite>)")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("tune", help="search a suite's tune.space for the best configuration that meets its "
+                       "constraints (Optuna; each trial a point in its own process)")
+    _suite_arguments(p)
+    _results_argument(p)
+    p.add_argument("--trials", type=int, metavar="N", help="trials to run in all (overrides tune.trials)")
+    p.add_argument("--device-seconds", type=float, metavar="S",
+                   help="device time for all trials and confirmations (overrides tune.device_seconds)")
+    p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_ID",
+                   help="continue a tune (the latest of this suite on this machine, or RUN_ID)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="this call's time: start no trial that would not end within it (exit code 3, resumable)")
+    p.add_argument("--emit-suite", metavar="PATH", help="write the winner as a suite anyone can run and gate")
+    p.add_argument("--no-report", action="store_true", help="do not write the report after the tune")
+    p.add_argument("--report-dir", help="where the report goes (default: reports/<suite>)")
+    p.add_argument("--executor", choices=("local", "slurm"), default="local", help=argparse.SUPPRESS)
+    p.add_argument("--executor-param", action="append", default=[], help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_tune)
     p = sub.add_parser("validate", help="check a suite file and count its points")
     _suite_arguments(p)
     p.set_defaults(func=cmd_validate)

@@ -26,7 +26,8 @@ def describe(record: Record) -> str:
     if record.status == Status.OK:
         figures = _decode(record) if "view_latency_ms_median" in record.extra else _training(record)
         budget, drained = record.extra.get("measure_budget_spent"), record.extra.get("drain_steps")
-        parts = [*figures, f"{m.get('measured_steps')} steps (measure budget)" if budget else "",
+        why = "stopped early: slower than the best" if record.extra.get("stopped_early") else "measure budget"
+        parts = [*figures, f"{m.get('measured_steps')} steps ({why})" if budget else "",
                  f"loader behind the step: warmed up {drained} more steps until it ran dry" if drained else ""]
         return f"ok {name}{knob}: " + ", ".join(p for p in parts if p) + busy
     # the reason's last line is the error; its traceback stays in the record

@@ -47,6 +47,7 @@ from benchbay.analysis.tables import (
 from benchbay.document import Block, Heading, Image, Table, Text
 from benchbay.record import DELIVERED_RATE
 from benchbay.suite_model import SuiteMeta
+from benchbay.tune.figures import tune_blocks
 
 # gpu_uuid_hash: the cards a run's points ran on (one machine key, several cards when resumed elsewhere)
 ENV_COLUMNS = ("run_state", "env.machine_key", "env.gpu", "env.gpu_count", "env.gpu_uuid_hash", "env.driver",
@@ -449,7 +450,7 @@ def one_machine_per_suite(df: pd.DataFrame) -> tuple[pd.DataFrame, list[Block]]:
 
 def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay report",
                  suite_meta: SuiteMeta | Mapping[str, SuiteMeta] | None = None, peak_flops: float | None = None,
-                 price_per_gpu_hour: float | None = None) -> Path:
+                 price_per_gpu_hour: float | None = None, tunes: Mapping[str, dict[str, Any]] | None = None) -> Path:
     """Write ``report.md``, ``report.html`` and the PNGs into ``out_dir``; return the HTML's path.
 
     ``df`` is the flattened results frame (``benchbay.analysis.frame.records_to_frame``).
@@ -469,6 +470,8 @@ def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay r
         # the suite's order, not the records' (a resumed --point run appends its points last)
         points = in_label_order(points, meta.point_labels)
         blocks += _suite_blocks(points.reset_index(drop=True), df[df["suite"] == suite], meta, out_dir)
+        for run_id in sorted(set(df.loc[df["suite"] == suite, "run_id"]) & set(tunes or {})):
+            blocks += tune_blocks(tunes[run_id], f"{_slug(suite)}-{run_id}", out_dir)
     blocks += _scaling_blocks(df, "scaling", out_dir)  # across suites: one configuration at several sizes
     (out_dir / "report.md").write_text(document.markdown(blocks))
     html_path = out_dir / "report.html"

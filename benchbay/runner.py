@@ -114,22 +114,23 @@ class SuiteRunner:
         return store.run_dir(self.root, self.suite.name, store.new_run_id())
 
     # ---- one point ------------------------------------------------------------------------------
-    def spec(self, point: Point, repeat: int = 0) -> PointSpec:
+    def spec(self, point: Point, repeat: int = 0, stop_below: float | None = None) -> PointSpec:
         shared = self.suite.compile_cache == "run" and self.scratch is not None
         return PointSpec(workload=point.workload, params=point.params, knobs=point.knobs, steps=self.suite.steps,
                          device=self.device, timeout=self.suite.timeout,
                          profile_dir=str(self.run / "profiles" / f"{point.point_id}-{repeat}"),
-                         compile_cache_dir=str(self.scratch / "inductor") if shared else None)
+                         compile_cache_dir=str(self.scratch / "inductor") if shared else None, stop_below=stop_below)
 
-    def measure(self, point: Point, repeat: int, extra: dict[str, Any] | None = None) -> Record:
-        """Run (or skip) one point, append its record, return it."""
+    def measure(self, point: Point, repeat: int, extra: dict[str, Any] | None = None,
+                stop_below: float | None = None) -> Record:
+        """Run (or skip) one point, append its record, return it; ``stop_below``: a tune's early stop."""
         started = dt.datetime.now(dt.timezone.utc)
         t0 = time.perf_counter()
         skipped = point.excluded or cannot_run(point, self.device, self.launch.world_size)
         if skipped:
             outcome = Outcome(status=Status.SKIPPED, reason=skipped)
         else:
-            outcome = self.launcher.run(self.spec(point, repeat), self.scratch / f"{point.point_id}-{repeat}")
+            outcome = self.launcher.run(self.spec(point, repeat, stop_below), self.scratch / f"{point.point_id}-{repeat}")
         env = outcome.env or self.env  # a Slurm job's node, not the submitting host
         gpu = env.get("gpu")
         peak = peak_flops_for(gpu, self.peak_flops, env.get("gemm_tflops")) if gpu else None
@@ -147,7 +148,7 @@ class SuiteRunner:
             try:
                 store.append_record(self.run, record)
             except OSError as exc:  # the record is absent, not cut: the point runs again on resume
-                raise _Unwritable(f"{self.run / store.RECORDS}: {exc}") from exc
+                raise Unwritable(f"{self.run / store.RECORDS}: {exc}") from exc
         return record
 
     # ---- the sweep ------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ class SuiteRunner:
             summary.busy += warn_once(record, warned, progress)
             progress.result(describe(record))
 
-        with _sigterm_as_interrupt(), self.launcher.scratch(self.run) as scratch, \
+        with sigterm_as_interrupt(), self.launcher.scratch(self.run) as scratch, \
                 SweepProgress(self.console, self.suite.name, len(tasks)) as progress:
             self.scratch = scratch
             try:
@@ -240,7 +241,7 @@ class SuiteRunner:
                 summary.interrupted = True
                 progress.note(f"interrupted: records so far are kept in {self.run}; "
                               f"continue with --resume {self.run.name}")
-            except _Unwritable as exc:
+            except Unwritable as exc:
                 summary.unwritable = str(exc)
                 progress.note(f"the sweep stopped: cannot write {exc}; records so far are kept in {self.run}; "
                               f"free space, then continue with --resume {self.run.name}")
@@ -330,7 +331,7 @@ def matches(point: Point, label: str) -> bool:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (what CI runners and Slurm send) ends the sweep as Ctrl-C does: the point's processes
     killed, the scratch folder removed, the manifest interrupted, the resume hint said."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
@@ -347,7 +348,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-class _Unwritable(Exception):
+class Unwritable(Exception):
     """A record could not be appended to the store (a full disk, a read-only mount)."""
 
 

@@ -97,13 +97,18 @@ def append_record(run: Path, record: Record) -> None:
 
 
 def write_manifest(run: Path, manifest: dict[str, Any]) -> None:
+    write_json(run, MANIFEST, manifest)
+
+
+def write_json(run: Path, name: str, data: dict[str, Any]) -> None:
+    """A run's JSON file (its manifest, a tune's ``tune.json``) replaced whole: a crash leaves the old one."""
     run.mkdir(parents=True, exist_ok=True)
-    tmp = run / (MANIFEST + ".tmp")
+    tmp = run / (name + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(finite(manifest), f, indent=2, default=str, allow_nan=False)
+        json.dump(finite(data), f, indent=2, default=str, allow_nan=False)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, run / MANIFEST)
+    os.replace(tmp, run / name)
 
 
 def read_manifest(run: Path) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from benchbay import knobs as knob_table
 from benchbay.store import SAFE_NAME
+from benchbay.tune import space as tune_space
 from benchbay.suite_model import DEVICE_KEYS, PATH_PARAMS, Devices, Point, Problem, Search, Steps, Suite, SuiteError
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
@@ -31,7 +32,7 @@ COMPILE_CACHES = ("point", "run")
 
 _TOP_KEYS = {"name", "description", "workload", "knobs", "sweep", "steps", "repeats", "timeout", "compile_cache",
              "devices", "breakdown", "gate", "profile", "equivalent", "equivalent_tolerance",
-             "price_per_gpu_hour"}
+             "price_per_gpu_hour", "tune"}
 
 
 def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
@@ -90,13 +91,16 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
             v.error(f"equivalent_tolerance.{key}", "rtol or atol")
         elif not _number(value) or value < 0:
             v.error(f"equivalent_tolerance.{key}", f"a finite number >= 0, got {value!r}")
+    tune = None if raw.get("tune") is None else tune_space.check(raw["tune"], cls, knobs, price, v.error)
+    if tune is not None and search is not None:
+        v.error("tune", "no sweep.search beside it (the tune searches the batch itself)")
     v.raise_if_any()
     suite = Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
                   params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,
                   steps=steps, repeats=repeats, timeout=float(timeout), compile_cache=compile_cache, devices=devices,
                   breakdown=breakdown, equivalent=equivalent, equivalent_tolerance=tolerance, gate=gate,
                   profile=profile,
-                  price_per_gpu_hour=None if price is None else float(price), raw=raw)
+                  price_per_gpu_hour=None if price is None else float(price), tune=tune, raw=raw)
     if search is None:  # a search collapses points that differ only in the searched knob, on purpose
         v.distinct_points(suite)
     v.raise_if_any()

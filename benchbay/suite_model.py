@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from benchbay import knobs as knob_table
 from benchbay.store import point_id, read_manifest
+from benchbay.tune.space import Tune
 from benchbay.workloads import registry
 
 
@@ -114,6 +115,7 @@ class Suite:
     gate: list[str] = field(default_factory=list)
     profile: list[str] = field(default_factory=list)  # labels of points to run under the profiler
     price_per_gpu_hour: float | None = None  # the tables' cost per 1M samples (benchbay.analysis.cost)
+    tune: Tune | None = None  # what `benchbay tune` searches (benchbay.tune)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

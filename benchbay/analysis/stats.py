@@ -159,6 +159,17 @@ def bootstrap_ratio(
                          high=float(max(high, ratio)), confidence=confidence)
 
 
+def mean_interval(values: Sequence[float], confidence: float = 0.95, n_boot: int = 2000,
+                  seed: int = 0) -> tuple[float, float]:
+    """A percentile bootstrap interval of the mean of a few independent values (one per process)."""
+    sample = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = sample[rng.integers(0, sample.size, (n_boot, sample.size))].mean(axis=1)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(means, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
 def mann_whitney_p(baseline: Sequence[float], candidate: Sequence[float]) -> float:
     """Two-sided Mann-Whitney U p-value of two pooled samples (NaN if a side has < 2 samples).
 

@@ -58,6 +58,9 @@ class PointSpec:
     compile_cache_dir: str | None = None  # shared by the run's points; None: a cold cache of its own
     #: when the parent kills the point (its clock, set as it launches): the worker dumps its stacks before
     deadline: float | None = None
+    #: a tune's early stop: end the steps once the first measured ones give fewer samples/s per
+    #: process than this (benchbay.launch.worker.EARLY_STEPS)
+    stop_below: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

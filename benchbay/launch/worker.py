@@ -86,6 +86,8 @@ LOADER_BEHIND = 1.05
 DRAIN_LIMIT = 4
 #: the steps (and their batches) that tell whether a loader is behind
 RECENT = 3
+#: the measured steps a tune's early stop judges a trial by: a median of a few, past the warm-up
+EARLY_STEPS = 3
 #: a point dumps its threads' stacks into its log this long before its timeout (faulthandler's own
 #: watchdog thread: it works while the main thread is blocked in C code)
 STACK_DUMP_LEAD_S = 5.0
@@ -126,6 +128,7 @@ class Measured:
     drain_steps: int = 0  # warm-up steps added while a loader behind the step was still being drained
     step_index: int = -1  # the step running when something failed; -1: before the first
     energy: EnergyMeter | None = None  # read around the measured steps, as the sampler
+    stopped_early: dict[str, Any] | None = None  # a tune's early stop ended the steps (_slower_than)
 
 
 def run(spec: PointSpec) -> WorkerResult:
@@ -219,6 +222,11 @@ def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler:
                 if _budget_spent(spec.steps, measured.warmup, i, total, measure_started):
                     phase(f"measure budget of {spec.steps.max_measure_s} s spent after step {i}")
                     total = i + 1
+                elif (rate := _slower_than(spec, measured.warmup, i, total, timer, workload.samples_per_step())):
+                    phase(f"stopped early after step {i}: {rate:.3g} samples/s below {spec.stop_below:.3g}")
+                    measured.stopped_early = {"after_steps": EARLY_STEPS, "samples_per_s_per_gpu": rate,
+                                              "below": spec.stop_below}
+                    total = i + 1
             if i == total - 1:
                 sampler.stop()
                 measured.energy.stop()
@@ -252,6 +260,16 @@ def _budget_spent(steps: Steps, warmup: int, i: int, total: int, measure_started
             and time.perf_counter() - measure_started >= budget)
 
 
+def _slower_than(spec: PointSpec, warmup: int, i: int, total: int, timer: StepTimer, samples: int) -> float | None:
+    """A tune's early stop: after the first ``EARLY_STEPS`` measured steps (step ``i`` the last of
+    them), their median step's samples/s when below ``spec.stop_below``, else None. Reading the
+    device's clocks synchronises once."""
+    if spec.stop_below is None or i + 1 - warmup != EARLY_STEPS or i + 1 >= total:
+        return None
+    rate = samples / statistics.median(timer.times()[warmup:])
+    return rate if rate < spec.stop_below else None
+
+
 def _figures(workload: Workload, spec: PointSpec, device: torch.device, measured: Measured,
              sampler: SystemSampler, profiler: Any, snapshot: MemorySnapshot) -> dict[str, Any]:
     """The result's metrics, series and extra figures from the measured steps."""
@@ -278,7 +296,8 @@ def _figures(workload: Workload, spec: PointSpec, device: torch.device, measured
                       **profiler.summary(), **snapshot.summary(), **measured.energy.note(),
                       # timed steps short of the configured ones: the measure budget ended them
                       **({"measure_budget_spent": True} if len(times) < measured.warmup + spec.steps.measure else {}),
-                      **({"drain_steps": measured.drain_steps} if measured.drain_steps else {})}}
+                      **({"drain_steps": measured.drain_steps} if measured.drain_steps else {}),
+                      **({"stopped_early": measured.stopped_early} if measured.stopped_early else {})}}
 
 
 def _data_wait(data_s: list[float], times: list[float]) -> dict[str, float]:

@@ -1,0 +1,561 @@
+"""``benchbay tune``: an Optuna study over a suite's ``tune.space``, each trial a point as ``run``
+measures it (its own process, its record in the store naming its trial), then the best few
+measured again before a winner is named.
+
+The study lives in the run's records: a resumed tune replays them into a fresh study (in order,
+as enqueued trials told their stored results), so a tune continues across short GPU calls and
+after a kill without re-running a finished trial. What Optuna's TPE sampler (with a constraints
+function) does not know, the tuner adds:
+
+- memory: a batch the trials so far say cannot fit (an OOM at a smaller batch of the same
+  configuration, or the line of peak memory against the batch, ``benchbay.tune.memory``) is not
+  run; the sampler is told it is infeasible and the largest batch that may fit is tried instead;
+- early stop: a trial whose first ``EARLY_STEPS`` measured steps run below ``early_stop`` of the
+  best throughput so far stops there (its figures are of those steps);
+- one compile cache for all trials of a call, so later trials compile faster;
+- a configuration already measured is not measured again (the sampler is told its result).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import statistics
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from benchbay import store
+from benchbay.analysis.cost import cost_per_million_samples
+from benchbay.analysis.stats import bootstrap_ratio, mean_interval
+from benchbay.launch.worker import EARLY_STEPS
+from benchbay.progress import describe
+from benchbay.record import Record, Status
+from benchbay.runner import SuiteRunner, Unwritable, sigterm_as_interrupt
+from benchbay.suite_model import Point, Suite, excluded_by
+from benchbay.tune.memory import MemoryModel
+from benchbay.tune.result import RESULT
+from benchbay.tune.space import THROUGHPUT, IntRange, Tune
+
+#: the key of a record's ``extra`` naming the trial it measured, and the trial a confirmation repeats
+TRIAL, CONFIRMS, PREDICTED = "tune_trial", "tune_confirms", "tune_predicted_peak_gib"
+
+#: the knob whose memory grows with its value (the memory line's x)
+BATCH = "mbs"
+#: proposals in a row that run nothing (already measured, or refused) before the search says the
+#: sampler has nothing new to try
+MAX_IDLE = 60
+
+
+@dataclass
+class Trial:
+    """One measured trial as the study judges it."""
+
+    number: int
+    params: dict[str, Any]  # the space's knobs
+    record: Record
+    value: float | None  # the objective, where measured
+    feasible: bool
+    violation: float  # 0 when feasible; how far from the constraints otherwise (the sampler's ranking)
+    why: str = ""  # why infeasible
+
+    @property
+    def stopped_early(self) -> bool:
+        return "stopped_early" in self.record.extra
+
+    def as_json(self) -> dict[str, Any]:
+        m = self.record.metrics
+        return {"trial": self.number, "label": self.record.label, "point_id": self.record.point_id,
+                "knobs": self.params, "status": str(self.record.status), "objective": self.value,
+                "feasible": self.feasible, "why": self.why or None,
+                "samples_per_s_per_gpu": m.get("samples_per_s_per_gpu"),
+                "peak_mem_reserved_gib": m.get("peak_mem_reserved_gib"),
+                "predicted_peak_gib": self.record.extra.get(PREDICTED),
+                "fidelity": self.record.extra.get("fidelity"), "stopped_early": self.stopped_early,
+                "device_s": self.record.duration_s, "started_at": self.record.started_at}
+
+
+@dataclass
+class TuneSummary:
+    run: Path
+    result: dict[str, Any]
+    interrupted: bool = False
+    out_of_time: bool = False  # this call's --time-budget ended it (resumable)
+    unwritable: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class Tuner:
+    """``trials`` and ``device_seconds`` override the suite's budgets; ``time_budget_s`` is this
+    call's (a GPU call's limit): no trial starts that would not end within it."""
+
+    def __init__(self, suite: Suite, results_root: str | Path = "results", console: Console | None = None,
+                 resume: str | bool = False, launcher=None, trials: int | None = None,
+                 device_seconds: float | None = None, time_budget_s: float | None = None,
+                 peak_flops: float | None = None):
+        if suite.tune is None:
+            raise ValueError(f"{suite.path}: no tune: block (a sweep runs with `benchbay run`)")
+        for name, value in (("--trials", trials), ("--device-seconds", device_seconds),
+                            ("--time-budget", time_budget_s)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}: a number > 0, got {value!r}")
+        self.tune: Tune = replace(suite.tune, trials=trials or suite.tune.trials,
+                                  device_seconds=device_seconds or suite.tune.device_seconds)
+        if self.tune.trials is None and self.tune.device_seconds is None:
+            raise ValueError(f"{suite.path}: tune: a budget (trials or device_seconds)")
+        self.suite = replace(suite, compile_cache="run", points=[], grid={}, zip={}, search=None)
+        self.root = Path(results_root)
+        self.console = console or Console(stderr=True)
+        if resume is True:  # the latest tune of this suite on this machine
+            from benchbay.collect.env import fingerprint
+
+            resume = self._latest_tune(fingerprint()["machine_key"])
+        self.runner = SuiteRunner(self.suite, results_root, self.console, resume=resume, launcher=launcher,
+                                  peak_flops=peak_flops)
+        self.run = self.runner.run
+        if resume:
+            self._same_study(store.read_manifest(self.run))
+        self.time_budget_s = time_budget_s
+        self.base = self.suite.expand(self.runner.device)[0]
+        self.trials: list[Trial] = []
+        self.memory = MemoryModel(capacity_gib=self.tune.constraints.max_peak_gib)
+        self.refused: list[dict[str, Any]] = []  # proposals not run, and why
+        self.confirm_records: list[Record] = []
+        self.started = time.perf_counter()
+
+    # ---- what is stored ------------------------------------------------------------------------
+    def _latest_tune(self, machine_key: str) -> str:
+        for run in sorted((self.root / self.suite.name).glob("*/"), reverse=True):
+            manifest = store.read_manifest(run)
+            if manifest.get("tune") and (manifest.get("env") or {}).get("machine_key") == machine_key:
+                return run.name
+        raise FileNotFoundError(f"--resume: no tune of suite {self.suite.name!r} on this machine under {self.root}")
+
+    def _same_study(self, manifest: dict[str, Any]) -> None:
+        """A resumed study must be this suite's, over the same space, objective and fixed knobs."""
+        where = f"--resume {self.run.name}"
+        if manifest.get("suite") != self.suite.name or not isinstance(manifest.get("tune"), dict):
+            raise ValueError(f"{where}: not a tune of suite {self.suite.name!r} (its manifest names "
+                             f"{manifest.get('suite')!r}{'' if manifest.get('tune') else ', and no tune'})")
+        stored, now = manifest["tune"], self.tune.as_json()
+        stored_suite = manifest.get("suite_as_run") or {}
+        for key in ("space", "objective", "constraints"):
+            if stored.get(key) != now[key]:
+                raise ValueError(f"{where}: its tune.{key} was {stored.get(key)!r}, the suite's is now {now[key]!r}: "
+                                 "a study continues over what it searched (start a new tune instead)")
+        for key in ("workload", "knobs", "steps", "devices"):
+            if stored_suite.get(key) != self.suite.raw.get(key):
+                raise ValueError(f"{where}: the suite's {key} changed since the study began: its trials measured "
+                                 "another thing (start a new tune instead)")
+
+    # ---- one trial -----------------------------------------------------------------------------
+    def point(self, params: dict[str, Any], number: int) -> Point:
+        knobs = {**self.base.knobs, **params}
+        return Point(number, f"trial {number}", self.base.workload, self.base.params, knobs,
+                     store.point_id(self.base.workload, self.base.params, knobs, self.suite.world_size),
+                     excluded_by(self.suite.exclude, knobs))
+
+    def objective_of(self, record: Record) -> float | None:
+        m, metric = record.metrics, self.tune.objective.metric
+        if metric == "cost_per_m_samples":
+            rate = m.get("samples_per_s_per_gpu")
+            value = cost_per_million_samples(rate, self.suite.price_per_gpu_hour) if rate else None
+        else:
+            value = m.get(metric)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+    def judge(self, record: Record) -> tuple[float | None, float, str]:
+        """The objective, the violation (0: feasible) and why it is not feasible."""
+        if record.status != Status.OK:
+            return None, 1.0, f"{record.status}: {(record.reason or '').splitlines()[0][:120] if record.reason else ''}"
+        value = self.objective_of(record)
+        if value is None:
+            return None, 1.0, f"no {self.tune.objective.metric} measured"
+        c, m = self.tune.constraints, record.metrics
+        violation, why = 0.0, []
+        if c.faithful and (fidelity := record.extra.get("fidelity")) != "faithful":
+            violation += 1.0 if fidelity == "lossy" else 0.5
+            why.append(f"fidelity {fidelity or 'not measured'} (applied share "
+                       f"{_fmt(m.get('update_applied_share'))})")
+        peak = m.get("peak_mem_reserved_gib")
+        if c.max_peak_gib is not None and peak is not None and peak > c.max_peak_gib:
+            violation += (peak - c.max_peak_gib) / c.max_peak_gib
+            why.append(f"peak {peak:.1f} GiB over {c.max_peak_gib:g}")
+        if c.zero_retries and m.get("alloc_retries"):
+            violation += 0.5
+            why.append(f"{m['alloc_retries']} allocator retries")
+        return value, violation, "; ".join(why)
+
+    def _trial(self, number: int, params: dict[str, Any], record: Record) -> Trial:
+        value, violation, why = self.judge(record)
+        trial = Trial(number, params, record, value, violation == 0.0 and value is not None, violation, why)
+        if BATCH in params:
+            if self.memory.capacity_gib is None and record.metrics.get("device_mem_total_gib"):
+                total = record.metrics["device_mem_total_gib"]
+                limit = self.tune.constraints.max_peak_gib
+                self.memory.capacity_gib = min(total, limit) if limit else total
+            self.memory.observe(self._rest(params), params[BATCH], record.metrics.get("peak_mem_reserved_gib"),
+                                record.status == Status.OOM)
+        return trial
+
+    @staticmethod
+    def _rest(params: dict[str, Any]) -> tuple:
+        return tuple(sorted((k, repr(v)) for k, v in params.items() if k != BATCH))
+
+    def best(self) -> Trial | None:
+        feasible = [t for t in self.trials if t.feasible]
+        if not feasible:
+            return None
+        sign = 1 if self.tune.objective.direction == "maximize" else -1
+        return max(feasible, key=lambda t: sign * t.value)
+
+    def device_seconds(self) -> float:
+        return sum(r.duration_s or 0.0 for r in [*(t.record for t in self.trials), *self.confirm_records])
+
+    def _trial_seconds(self) -> float:
+        """What the next trial is expected to take: the median trial so far."""
+        took = [t.record.duration_s for t in self.trials if t.record.duration_s and t.record.status != Status.SKIPPED]
+        return statistics.median(took) if took else 0.0
+
+    # ---- the study -----------------------------------------------------------------------------
+    def run_study(self) -> TuneSummary:
+        with store.lock_run(self.run):
+            stored = [r for r in store.typed_records(self.run)
+                      if r.env.get("machine_key") == self.runner.env["machine_key"]]
+            manifest = {**store.read_manifest(self.run), "suite": self.suite.name, "suite_file": self.suite.path,
+                        "suite_as_run": self.suite.raw, "run_id": self.run.name, "env": self.runner.env,
+                        "device": self.runner.device, "tune": self.tune.as_json(), "state": "running",
+                        "pid": os.getpid()}
+            manifest.setdefault("started_at", dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+            store.write_manifest(self.run, manifest)
+            summary = TuneSummary(self.run, {})
+            with sigterm_as_interrupt(), self.runner.launcher.scratch(self.run) as scratch:
+                self.runner.scratch = scratch
+                try:
+                    study = self._study(stored)
+                    self._search(study, summary)
+                    if not summary.out_of_time:
+                        self._confirm(stored, summary)
+                except KeyboardInterrupt:
+                    summary.interrupted = True
+                    self._say(f"interrupted: trials so far are kept in {self.run}; continue with "
+                              f"`benchbay tune {self.suite.path} --resume {self.run.name}`")
+                except Unwritable as exc:
+                    summary.unwritable = str(exc)
+                    self._say(f"the tune stopped: cannot write {exc}; free space, then continue with --resume "
+                              f"{self.run.name}")
+            summary.result = self.result(study if "study" in locals() else None, summary)
+            stopped = summary.interrupted or summary.out_of_time or summary.unwritable
+            manifest.update(state="interrupted" if stopped else "complete",
+                            finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+            try:
+                store.write_json(self.run, RESULT, summary.result)
+                store.write_manifest(self.run, manifest)
+            except OSError as exc:
+                summary.unwritable = summary.unwritable or f"{self.run}: {exc}"
+        return summary
+
+    def _study(self, stored: list[Record]):
+        """A fresh study told every stored trial, in order."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        trials = {}
+        for r in stored:
+            number = r.extra.get(TRIAL)
+            if isinstance(number, int) and r.repeat == 0 and r.extra.get(CONFIRMS) is None:
+                trials.setdefault(number, r)
+        startup = max(3, min(10, (self.tune.trials or 40) // 4))
+        # each trial's constraint is its violation (Trial.set_constraint): TPE ranks infeasible trials by it
+        sampler = optuna.samplers.TPESampler(seed=self.tune.seed + len(trials), n_startup_trials=startup,
+                                             multivariate=True)
+        study = optuna.create_study(direction=self.tune.objective.direction, sampler=sampler)
+        self.distributions = _distributions(self.tune.space)
+        for number in sorted(trials):
+            params = {k: trials[number].knobs.get(k) for k in self.tune.space}
+            trial = self._trial(number, params, trials[number])
+            self.trials.append(trial)
+            self._tell(study, params, trial.value, trial.violation)
+        if not self.trials:  # the configurations the suite says to try first
+            for start in self.tune.start:
+                study.enqueue_trial(start)
+        if self.trials:
+            self._say(f"resumed {self.run.name}: {len(self.trials)} trials already measured "
+                      f"({self.device_seconds():.0f} device-s)")
+        return study
+
+    def _tell(self, study, params: dict[str, Any], value: float | None, violation: float) -> None:
+        study.enqueue_trial(params, skip_if_exists=False)
+        asked = study.ask(self.distributions)
+        asked.set_constraint("violation", violation)
+        study.tell(asked, self._for_sampler(value, violation))
+
+    def _for_sampler(self, value: float | None, violation: float) -> float:
+        """What the sampler is told of a trial without a value: the worst value seen (an infeasible
+        trial is ranked by its violation first)."""
+        if value is not None:
+            return value
+        seen = [t.value for t in self.trials if t.value is not None]
+        if self.tune.objective.direction == "maximize":
+            return min([0.0, *seen])
+        return max(seen) * 2 if seen else 1e30
+
+    def _budget_left(self, reserve: float = 0.0) -> str | None:
+        """Why no further trial starts, or None."""
+        ran = sum(1 for t in self.trials if t.record.status != Status.SKIPPED)
+        if self.tune.trials is not None and ran >= self.tune.trials:
+            return f"{ran} trials run (the budget)"
+        spent, next_s = self.device_seconds(), self._trial_seconds()
+        if self.tune.device_seconds is not None and spent + next_s + reserve > self.tune.device_seconds:
+            return (f"{spent:.0f} device-s spent of {self.tune.device_seconds:.0f} (a trial takes ~{next_s:.0f} s"
+                    + (f", {reserve:.0f} s kept to confirm the best" if reserve else "") + ")")
+        return None
+
+    def _out_of_time(self, need: float) -> bool:
+        return self.time_budget_s is not None and time.perf_counter() - self.started + need > self.time_budget_s
+
+    def _confirm_reserve(self) -> float:
+        took = [t.record.duration_s for t in self.trials if t.feasible and t.record.duration_s]
+        return self.tune.confirm.top * self.tune.confirm.repeats * (statistics.median(took) if took else 0.0)
+
+    def _search(self, study, summary: TuneSummary) -> None:
+        idle = 0
+        while (why := self._budget_left(self._confirm_reserve())) is None:
+            if idle >= MAX_IDLE:
+                self._say(f"the sampler proposed {MAX_IDLE} configurations in a row that were measured or refused "
+                          "already: the space holds nothing new for it")
+                break
+            if self._out_of_time(self._trial_seconds()):
+                summary.out_of_time = True
+                self._say(f"this call's time budget has no room for another trial (~{self._trial_seconds():.0f} s); "
+                          f"continue with --resume {self.run.name}")
+                return
+            asked = study.ask(self.distributions)
+            params = dict(asked.params)
+            done = next((t for t in self.trials if t.params == params), None)
+            point = self.point(params, len(self.trials))
+            refusal = point.excluded or (self.memory.refuses(self._rest(params), params[BATCH])
+                                         if BATCH in params else None)
+            if done is not None or refusal:
+                idle += 1
+                value, violation = (done.value, done.violation) if done else (None, 1.0)
+                asked.set_constraint("violation", violation)
+                study.tell(asked, self._for_sampler(value, violation))
+                if refusal:
+                    self.refused.append({"knobs": params, "why": refusal})
+                    self._enqueue_fitting(study, params)
+                continue
+            idle = 0
+            predicted = self.memory.predict(self._rest(params), params[BATCH]) if BATCH in params else None
+            extra = {TRIAL: point.index, **({PREDICTED: predicted} if predicted is not None else {})}
+            record = self.runner.measure(point, 0, extra=extra, stop_below=self._stop_below())
+            trial = self._trial(point.index, params, record)
+            self.trials.append(trial)
+            asked.set_constraint("violation", trial.violation)
+            study.tell(asked, self._for_sampler(trial.value, trial.violation))
+            self._progress(trial)
+        else:
+            self._say(f"search done: {why}")
+
+    def _enqueue_fitting(self, study, params: dict[str, Any]) -> None:
+        """After a batch refused for memory: the largest batch of the same configuration that may fit."""
+        space = self.tune.space[BATCH]
+        batches = space.values() if isinstance(space, IntRange) else [b for b in space if isinstance(b, int)]
+        fitting = self.memory.largest_fitting(self._rest(params), batches)
+        if fitting is not None:
+            candidate = {**params, BATCH: fitting}
+            if not any(t.params == candidate for t in self.trials):
+                study.enqueue_trial(candidate)
+
+    def _stop_below(self) -> float | None:
+        """The early stop's threshold in samples/s per process, from the best feasible trial so far."""
+        best = self.best()
+        if self.tune.early_stop is None or best is None or self.tune.objective.metric not in THROUGHPUT:
+            return None
+        rate = best.record.metrics.get("samples_per_s_per_gpu")
+        return self.tune.early_stop * rate if rate else None
+
+    # ---- confirmation --------------------------------------------------------------------------
+    def candidates(self) -> list[Trial]:
+        """The best distinct feasible trials that ran every step, best first."""
+        sign = 1 if self.tune.objective.direction == "maximize" else -1
+        whole = sorted((t for t in self.trials if t.feasible and not t.stopped_early), key=lambda t: -sign * t.value)
+        return whole[: self.tune.confirm.top]
+
+    def _confirm(self, stored: list[Record], summary: TuneSummary) -> None:
+        have = {(r.point_id, r.repeat) for r in stored} | {(r.point_id, r.repeat) for r in self.confirm_records}
+        self.confirm_records += [r for r in stored if r.extra.get(CONFIRMS) is not None]
+        for trial in self.candidates():
+            for repeat in range(1, self.tune.confirm.repeats + 1):
+                if (trial.record.point_id, repeat) in have:
+                    continue
+                need = trial.record.duration_s or 0.0
+                over = self.tune.device_seconds is not None and self.device_seconds() + need > self.tune.device_seconds
+                if over:
+                    self._say(f"the device budget has no room to confirm trial {trial.number} again: it stays "
+                              "unconfirmed")
+                    return
+                if self._out_of_time(need):
+                    summary.out_of_time = True
+                    self._say(f"this call's time budget has no room to confirm trial {trial.number}; continue with "
+                              f"--resume {self.run.name}")
+                    return
+                point = self.point(trial.params, trial.number)
+                record = self.runner.measure(point, repeat, extra={TRIAL: trial.number, CONFIRMS: trial.number})
+                self.confirm_records.append(record)
+                self._say(f"confirm trial {trial.number} ({repeat}/{self.tune.confirm.repeats}): {describe(record)}")
+
+    def confirmed(self) -> list[dict[str, Any]]:
+        """Each candidate over all its processes (the trial and its repeats): every value, their mean
+        and its interval (processes resampled), whether every run met the constraints, and whether it
+        is tied with the winner (its ratio's interval holds 1)."""
+        rows = []
+        for trial in self.candidates():
+            runs = [trial.record, *(r for r in self.confirm_records if r.extra.get(CONFIRMS) == trial.number)]
+            judged = [self.judge(r) for r in runs]
+            values = [v for v, violation, _ in judged if v is not None]
+            low, high = mean_interval(values) if len(values) > 1 else (None, None)
+            rows.append({"trial": trial.number, "knobs": trial.params, "runs": len(runs), "values": values,
+                         "mean": statistics.fmean(values) if values else None, "low": low, "high": high,
+                         "feasible_in_all": all(v is not None and violation == 0 for v, violation, _ in judged),
+                         "why": "; ".join(w for _, _, w in judged if w) or None})
+        good = [r for r in rows if r["feasible_in_all"] and r["mean"] is not None]
+        if not good:
+            return rows
+        sign = 1 if self.tune.objective.direction == "maximize" else -1
+        winner = max(good, key=lambda r: sign * r["mean"])
+        for row in rows:
+            row["winner"] = row is winner
+            if row is not winner and row in good and len(row["values"]) > 1 and len(winner["values"]) > 1:
+                ratio = bootstrap_ratio([[v] for v in winner["values"]], [[v] for v in row["values"]],
+                                        statistic="mean")
+                row["ratio"], row["ratio_low"], row["ratio_high"] = ratio.ratio, ratio.low, ratio.high
+                row["tie"] = not ratio.excludes_one
+        return rows
+
+    # ---- what the tune leaves ------------------------------------------------------------------
+    def result(self, study, summary: TuneSummary) -> dict[str, Any]:
+        confirmed = self.confirmed()
+        winner = next((r for r in confirmed if r.get("winner")), None)
+        best = self.best()
+        chosen = next((t for t in self.trials if winner and t.number == winner["trial"]), None) or best
+        out: dict[str, Any] = {
+            "suite": self.suite.name, "run_id": self.run.name, "device": self.runner.device,
+            "gpu": self.runner.env.get("gpu"), "objective": self.tune.as_json()["objective"],
+            "constraints": self.tune.as_json()["constraints"], "space": self.tune.as_json()["space"],
+            "budget": {"trials": self.tune.trials, "device_seconds": self.tune.device_seconds},
+            "early_stop": self.tune.early_stop, "early_steps": EARLY_STEPS,
+            "device_seconds": self.device_seconds(),
+            "trials": [t.as_json() for t in self.trials], "refused": self.refused,
+            "best": None if chosen is None else {
+                "trial": chosen.number, "knobs": chosen.params, "objective": chosen.value,
+                "confirmed": winner is not None, "metrics": _key_metrics(chosen.record),
+                "ties": [r["trial"] for r in confirmed if r.get("tie")]},
+            "confirmed": confirmed, "pareto": pareto(self.trials, self.tune.objective.direction),
+            "memory_estimate": memory_errors(self.trials), "importances": importances(self.trials, self.tune),
+            "state": "interrupted" if summary.interrupted or summary.unwritable else
+                     "unfinished" if summary.out_of_time else "complete"}
+        if best is None and self.trials:
+            closest = sorted(self.trials, key=lambda t: (t.violation, -(t.value or 0.0)))[:3]
+            out["no_feasible"] = {"constraints": out["constraints"],
+                                  "closest": [{"trial": t.number, "knobs": t.params, "objective": t.value,
+                                               "why": t.why} for t in closest]}
+        return out
+
+    def _progress(self, trial: Trial) -> None:
+        budget = self.tune.trials
+        ran = sum(1 for t in self.trials if t.record.status != Status.SKIPPED)
+        best = self.best()
+        spent = self.device_seconds()
+        left = self.tune.device_seconds - spent if self.tune.device_seconds else None
+        eta_trials = (budget - ran) * self._trial_seconds() if budget else math.inf
+        eta = min(eta_trials, left if left is not None else math.inf)
+        verdict = "feasible" if trial.feasible else f"infeasible ({trial.why})"
+        self._say(f"trial {ran}/{budget or '?'} {_knobs(trial.params)}: {describe(trial.record)} [{verdict}] | "
+                  f"best {_fmt(best.value) if best else '-'}{f' (trial {best.number})' if best else ''} | "
+                  f"device {spent:.0f} s" + (f", {left:.0f} s left" if left is not None else "")
+                  + (f" | ETA {eta / 60:.0f} min" if math.isfinite(eta) else ""))
+
+    def _say(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _distributions(space: dict[str, Any]) -> dict[str, Any]:
+    import optuna
+
+    return {k: optuna.distributions.IntDistribution(v.min, v.max, step=v.step) if isinstance(v, IntRange)
+            else optuna.distributions.CategoricalDistribution(list(v)) for k, v in space.items()}
+
+
+def pareto(trials: list[Trial], direction: str) -> list[dict[str, Any]]:
+    """The feasible trials no other beats on both the objective and peak reserved memory."""
+    sign = 1 if direction == "maximize" else -1
+    points = [(t, sign * t.value, t.record.metrics.get("peak_mem_reserved_gib")) for t in trials if t.feasible]
+    points = [(t, v, m) for t, v, m in points if m is not None]
+    front = [(t, v, m) for t, v, m in points
+             if not any(v2 >= v and m2 <= m and (v2 > v or m2 < m) for _, v2, m2 in points)]
+    return [{"trial": t.number, "objective": t.value, "peak_mem_reserved_gib": m, "knobs": t.params}
+            for t, _, m in sorted(front, key=lambda x: x[2])]
+
+
+def memory_errors(trials: list[Trial]) -> dict[str, Any]:
+    """The memory line's predictions against what the trials then measured (those that ran whole or
+    ran out of memory)."""
+    rows = []
+    for t in trials:
+        predicted = t.record.extra.get(PREDICTED)
+        if predicted is None:
+            continue
+        peak = t.record.metrics.get("peak_mem_reserved_gib")
+        rows.append({"trial": t.number, "predicted_gib": predicted, "measured_gib": peak,
+                     "status": str(t.record.status),
+                     "error_gib": None if peak is None else predicted - peak})
+    errors = [abs(r["error_gib"]) for r in rows if r["error_gib"] is not None]
+    rel = [abs(r["error_gib"]) / r["measured_gib"] for r in rows if r["error_gib"] is not None and r["measured_gib"]]
+    return {"predictions": rows, "mean_abs_error_gib": statistics.fmean(errors) if errors else None,
+            "max_abs_error_gib": max(errors) if errors else None,
+            "mean_rel_error": statistics.fmean(rel) if rel else None}
+
+
+def importances(trials: list[Trial], tune: Tune) -> dict[str, float]:
+    """Which knobs mattered to the objective (Optuna's fANOVA importances over the measured trials,
+    infeasible ones at the worst value seen); {} where there are too few to tell."""
+    import optuna
+
+    measured = [t for t in trials if t.record.status != Status.SKIPPED]
+    if len(measured) < 4:
+        return {}
+    seen = [t.value for t in measured if t.value is not None]
+    worst = (min(seen) if tune.objective.direction == "maximize" else max(seen)) if seen else 0.0
+    study = optuna.create_study(direction=tune.objective.direction)
+    distributions = _distributions(tune.space)
+    for t in measured:
+        study.add_trial(optuna.trial.create_trial(params=t.params, distributions=distributions,
+                                                  value=t.value if t.feasible else worst))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return {k: float(v) for k, v in optuna.importance.get_param_importances(study, normalize=True).items()}
+    except (RuntimeError, ValueError, ZeroDivisionError):
+        return {}
+
+
+def _key_metrics(record: Record) -> dict[str, Any]:
+    m = record.metrics
+    keys = ("samples_per_s_per_gpu", "step_time_mean_s", "step_time_s", "peak_mem_allocated_gib",
+            "peak_mem_reserved_gib", "mfu", "energy_j_per_sample", "update_applied_share", "step_time_cv")
+    return {**{k: m.get(k) for k in keys if m.get(k) is not None}, "fidelity": record.extra.get("fidelity")}
+
+
+def _knobs(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else "-"

@@ -347,6 +347,14 @@ def cmd_report(args) -> int:
     from benchbay.store import SAFE_NAME, find_runs, load_runs
 
     runs = find_runs(args.runs, args.results)
+    if args.emit_suite:
+        from benchbay.store import writable_file
+        from benchbay.tune.result import emit_suite
+
+        tuned = [run for run in runs if run.name in _tunes(runs)]
+        if len(tuned) != 1:
+            raise ValueError(f"--emit-suite: one tune run, got {len(tuned)} among {len(runs)} run(s)")
+        console.print(f"suite: {emit_suite(tuned[0], writable_file(args.emit_suite, '--emit-suite'))}")
     metas = _suite_metas(runs)
     title = args.title or ", ".join(sorted(metas)) or "benchbay report"
     named = list(metas)[0] if len(metas) == 1 else "combined"
@@ -600,6 +608,7 @@ def _results_commands(sub) -> None:
     _results_argument(p)
     p.add_argument("--out", help="output folder (default: reports/<suite>)")
     p.add_argument("--title")
+    p.add_argument("--emit-suite", metavar="PATH", help="a tune run: write its winner as a suite (as tune does)")
     _price_argument(p)
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("history", help="a metric across past runs, with change points flagged")

@@ -130,7 +130,8 @@ class SuiteRunner:
         if skipped:
             outcome = Outcome(status=Status.SKIPPED, reason=skipped)
         else:
-            outcome = self.launcher.run(self.spec(point, repeat, stop_below), self.scratch / f"{point.point_id}-{repeat}")
+            spec = self.spec(point, repeat, stop_below)
+            outcome = self.launcher.run(spec, self.scratch / f"{point.point_id}-{repeat}")
         env = outcome.env or self.env  # a Slurm job's node, not the submitting host
         gpu = env.get("gpu")
         peak = peak_flops_for(gpu, self.peak_flops, env.get("gemm_tflops")) if gpu else None

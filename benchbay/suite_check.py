@@ -9,8 +9,8 @@ from typing import Any
 
 from benchbay import knobs as knob_table
 from benchbay.store import SAFE_NAME
-from benchbay.tune import space as tune_space
 from benchbay.suite_model import DEVICE_KEYS, PATH_PARAMS, Devices, Point, Problem, Search, Steps, Suite, SuiteError
+from benchbay.tune import space as tune_space
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
 

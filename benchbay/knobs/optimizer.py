@@ -26,6 +26,8 @@ class OptimizerChoice:
     name: ClassVar[str]
     state_bytes: ClassVar[float]  # optimizer state per parameter
     help: ClassVar[str]
+    #: rounds bf16 weights: precision=bf16 only (benchbay.knobs.rules, known before a point's process)
+    needs_bf16: ClassVar[bool] = False
 
     def skip_reason(self, knobs: dict[str, Any], device: torch.device) -> str | None:
         if knobs["offload"] != "none":
@@ -53,10 +55,7 @@ class FlatChoice(OptimizerChoice):
     time (compiled once on CUDA): the real models have hundreds of tensors, many small, and torchao's
     per-tensor loop cost Wall-X 0.5 s a step on the H200. Subclasses say how m and v are kept."""
 
-    def skip_reason(self, knobs, device):
-        if knobs["precision"] != "bf16":
-            return f"optimizer={self.name} rounds bf16 weights: it needs precision=bf16 (now {knobs['precision']})"
-        return super().skip_reason(knobs, device)
+    needs_bf16 = True
 
     def build(self, params, hyper, workload_optimizer, knobs):
         from benchbay.knobs.sr_adamw import FlatSRAdamW
@@ -105,12 +104,6 @@ class TorchaoChoice(OptimizerChoice):
     """torchao.optim's AdamW variants; bf16 weights are stochastically rounded (fp32 ones are not)."""
 
     cls_name: ClassVar[str]
-    needs_bf16: ClassVar[bool] = False
-
-    def skip_reason(self, knobs, device):
-        if self.needs_bf16 and knobs["precision"] != "bf16":
-            return f"optimizer={self.name} rounds bf16 weights: it needs precision=bf16 (now {knobs['precision']})"
-        return super().skip_reason(knobs, device)
 
     def build(self, params, hyper, workload_optimizer, knobs):
         import torchao.optim

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchbay.knobs.optimizer import CHOICES as OPTIMIZERS
+
 
 def skip_reason(workload_cls: type, knobs: dict[str, Any], device_type: str, world_size: int) -> str | None:
     """Why a training workload's point cannot run here (None if it can)."""
@@ -32,6 +34,8 @@ def skip_reason(workload_cls: type, knobs: dict[str, Any], device_type: str, wor
         if world_size % replicate or world_size // replicate < 2 or replicate < 2:
             return (f"fsdp2_hybrid needs replicate >= 2 groups of >= 2 shards dividing the world size "
                     f"({world_size} processes, replicate={replicate})")
+    if OPTIMIZERS[knobs["optimizer"]].needs_bf16 and knobs["precision"] != "bf16":
+        return f"optimizer={knobs['optimizer']} rounds bf16 weights: it needs precision=bf16 (now {knobs['precision']})"
     if knobs["offload"] == "optimizer" and knobs["sharding"] == "ddp":
         return "offload=optimizer is implemented with FSDP2's CPUOffloadPolicy or without sharding, not under DDP"
     return None

@@ -40,7 +40,10 @@ from benchbay.suite_model import MIN_BUDGETED_STEPS, Steps
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
 
-OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory")
+#: cuBLAS reports a handle it had no memory for as an allocation failure, not an OutOfMemoryError (H200,
+#: Wall-X mbs 64: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`)
+OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory",
+               "cublas_status_alloc_failed")
 
 
 def write_atomic(path: Path, data: dict) -> None:

@@ -43,7 +43,8 @@ def _problem(data: Any) -> str | None:
             return f"{key}: expected {kind}"
     if not all(isinstance(t, dict) for key in ("trials", "confirmed", "pareto") for t in data[key]):
         return "trials, confirmed and pareto: expected lists of objects"
-    if data.get("best") is not None and not (isinstance(data["best"], dict) and isinstance(data["best"].get("knobs"), dict)):
+    best = data.get("best")
+    if best is not None and not (isinstance(best, dict) and isinstance(best.get("knobs"), dict)):
         return "best: expected an object with knobs"
     if not math.isfinite(data["device_seconds"]):
         return "device_seconds: expected a finite number"
@@ -61,8 +62,11 @@ def emit_suite(run: Path, path: str | Path) -> Path:
         raise ValueError(f"{run}: no tune winner to emit (no tune.json with a best trial, or no suite in the manifest)")
     best = result["best"]
     name = f"{raw.get('name', 'suite')}-tuned"
-    figures = ", ".join(f"{k} {v:.4g}" for k, v in best.get("metrics", {}).items()
-                        if isinstance(v, (int, float)) and k in ("samples_per_s_per_gpu", "peak_mem_reserved_gib"))
+    metric, value = (result.get("objective") or {}).get("metric"), best.get("objective")
+    peak = (best.get("metrics") or {}).get("peak_mem_reserved_gib")
+    figures = ", ".join(filter(None, [
+        f"{metric} {value:.4g} (mean of {best.get('runs', 1)} processes)" if isinstance(value, (int, float)) else "",
+        f"peak {peak:.1f} GiB reserved" if isinstance(peak, (int, float)) else ""]))
     suite = {"name": name,
              "description": f"The configuration `benchbay tune` found for {raw.get('name')} (run {run.name}, trial "
                             f"{best.get('trial')}, {'confirmed by repeats' if best.get('confirmed') else 'unconfirmed'}"

@@ -13,14 +13,17 @@ function) does not know, the tuner adds:
 - early stop: a trial whose first ``EARLY_STEPS`` measured steps run below ``early_stop`` of the
   best throughput so far stops there (its figures are of those steps);
 - one compile cache for all trials of a call, so later trials compile faster;
-- a configuration already measured is not measured again (the sampler is told its result).
+- a configuration already measured is not measured again (the sampler is told its result), and
+  the next trial is then one knob of one of the best trials changed (a hand walk's move).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import os
+import random
 import statistics
 import time
 import warnings
@@ -36,7 +39,7 @@ from benchbay.analysis.stats import bootstrap_ratio, mean_interval
 from benchbay.launch.worker import EARLY_STEPS
 from benchbay.progress import describe
 from benchbay.record import Record, Status
-from benchbay.runner import SuiteRunner, Unwritable, sigterm_as_interrupt
+from benchbay.runner import SuiteRunner, Unwritable, cannot_run, sigterm_as_interrupt
 from benchbay.suite_model import Point, Suite, excluded_by
 from benchbay.tune.memory import MemoryModel
 from benchbay.tune.result import RESULT
@@ -142,6 +145,10 @@ class Tuner:
         if manifest.get("suite") != self.suite.name or not isinstance(manifest.get("tune"), dict):
             raise ValueError(f"{where}: not a tune of suite {self.suite.name!r} (its manifest names "
                              f"{manifest.get('suite')!r}{'' if manifest.get('tune') else ', and no tune'})")
+        machine = (manifest.get("env") or {}).get("machine_key")
+        if machine != self.runner.env["machine_key"]:
+            raise ValueError(f"{where}: the study ran on {machine}, this is {self.runner.env['machine_key']}: its "
+                             "trials say nothing of this machine (resume it there, or start a tune here)")
         stored, now = manifest["tune"], self.tune.as_json()
         stored_suite = manifest.get("suite_as_run") or {}
         for key in ("space", "objective", "constraints"):
@@ -267,6 +274,8 @@ class Tuner:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         trials = {}
+        # a resumed study's confirmations count in the device time spent from the start
+        self.confirm_records = [r for r in stored if r.extra.get(CONFIRMS) is not None]
         for r in stored:
             number = r.extra.get(TRIAL)
             if isinstance(number, int) and r.repeat == 0 and r.extra.get(CONFIRMS) is None:
@@ -340,8 +349,7 @@ class Tuner:
             params = dict(asked.params)
             done = next((t for t in self.trials if t.params == params), None)
             point = self.point(params, len(self.trials))
-            refusal = point.excluded or (self.memory.refuses(self._rest(params), params[BATCH])
-                                         if BATCH in params else None)
+            refusal = self._refusal(params)
             if done is not None or refusal:
                 idle += 1
                 value, violation = (done.value, done.violation) if done else (None, 1.0)
@@ -349,7 +357,10 @@ class Tuner:
                 study.tell(asked, self._for_sampler(value, violation))
                 if refusal:
                     self.refused.append({"knobs": params, "why": refusal})
-                    self._enqueue_fitting(study, params)
+                if not (refusal and self._enqueue_fitting(study, params)):
+                    neighbour = self._neighbour()
+                    if neighbour is not None:
+                        study.enqueue_trial(neighbour)
                 continue
             idle = 0
             predicted = self.memory.predict(self._rest(params), params[BATCH]) if BATCH in params else None
@@ -363,15 +374,48 @@ class Tuner:
         else:
             self._say(f"search done: {why}")
 
-    def _enqueue_fitting(self, study, params: dict[str, Any]) -> None:
-        """After a batch refused for memory: the largest batch of the same configuration that may fit."""
+    def _refusal(self, params: dict[str, Any]) -> str | None:
+        """Why a configuration is not run: excluded by the suite, a combination that cannot run here, or
+        a batch the memory so far says cannot fit."""
+        point = self.point(params, len(self.trials))
+        return (point.excluded or cannot_run(point, self.runner.device, self.suite.world_size)
+                or (self.memory.refuses(self._rest(params), params[BATCH]) if BATCH in params else None))
+
+    def _enqueue_fitting(self, study, params: dict[str, Any]) -> bool:
+        """After a batch refused for memory: the largest batch of the same configuration that may fit,
+        when not measured yet (True when one was enqueued)."""
+        if BATCH not in params:
+            return False
         space = self.tune.space[BATCH]
         batches = space.values() if isinstance(space, IntRange) else [b for b in space if isinstance(b, int)]
         fitting = self.memory.largest_fitting(self._rest(params), batches)
-        if fitting is not None:
-            candidate = {**params, BATCH: fitting}
-            if not any(t.params == candidate for t in self.trials):
-                study.enqueue_trial(candidate)
+        candidate = {**params, BATCH: fitting}
+        if fitting is None or any(t.params == candidate for t in self.trials) or self._refusal(candidate):
+            return False
+        study.enqueue_trial(candidate)
+        return True
+
+    def _neighbour(self) -> dict[str, Any] | None:
+        """What to try when the sampler proposes what was measured or refused already (TPE over a
+        discrete space does, around its best): one knob of one of the best feasible trials changed
+        (a hand walk's move), or else any configuration not yet seen; None when none is left."""
+        rng = random.Random(self.tune.seed * 7919 + len(self.trials) * 31 + len(self.refused))
+        seen = {_key(t.params) for t in self.trials} | {_key(r["knobs"]) for r in self.refused}
+        values = {k: list(v.values()) if isinstance(v, IntRange) else list(v) for k, v in self.tune.space.items()}
+        sign = 1 if self.tune.objective.direction == "maximize" else -1
+        ranked = sorted((t for t in self.trials if t.feasible), key=lambda t: -sign * t.value)[:3]
+        for base in ranked:
+            moves = [(k, v) for k, vs in values.items() for v in vs if v != base.params.get(k)]
+            rng.shuffle(moves)
+            for knob, value in moves:
+                candidate = {**base.params, knob: value}
+                if _key(candidate) not in seen and self._refusal(candidate) is None:
+                    return candidate
+        for _ in range(1000):
+            candidate = {k: rng.choice(vs) for k, vs in values.items()}
+            if _key(candidate) not in seen and self._refusal(candidate) is None:
+                return candidate
+        return None
 
     def _stop_below(self) -> float | None:
         """The early stop's threshold in samples/s per process, from the best feasible trial so far."""
@@ -389,8 +433,7 @@ class Tuner:
         return whole[: self.tune.confirm.top]
 
     def _confirm(self, stored: list[Record], summary: TuneSummary) -> None:
-        have = {(r.point_id, r.repeat) for r in stored} | {(r.point_id, r.repeat) for r in self.confirm_records}
-        self.confirm_records += [r for r in stored if r.extra.get(CONFIRMS) is not None]
+        have = {(r.point_id, r.repeat) for r in [*stored, *self.confirm_records]}
         for trial in self.candidates():
             for repeat in range(1, self.tune.confirm.repeats + 1):
                 if (trial.record.point_id, repeat) in have:
@@ -442,7 +485,8 @@ class Tuner:
     # ---- what the tune leaves ------------------------------------------------------------------
     def result(self, study, summary: TuneSummary) -> dict[str, Any]:
         confirmed = self.confirmed()
-        winner = next((r for r in confirmed if r.get("winner")), None)
+        # a winner of repeats: the best trial alone is one process's figure
+        winner = next((r for r in confirmed if r.get("winner") and r["runs"] > 1), None)
         best = self.best()
         chosen = next((t for t in self.trials if winner and t.number == winner["trial"]), None) or best
         out: dict[str, Any] = {
@@ -454,7 +498,8 @@ class Tuner:
             "device_seconds": self.device_seconds(),
             "trials": [t.as_json() for t in self.trials], "refused": self.refused,
             "best": None if chosen is None else {
-                "trial": chosen.number, "knobs": chosen.params, "objective": chosen.value,
+                "trial": chosen.number, "knobs": chosen.params,
+                "objective": winner["mean"] if winner else chosen.value, "runs": winner["runs"] if winner else 1,
                 "confirmed": winner is not None, "metrics": _key_metrics(chosen.record),
                 "ties": [r["trial"] for r in confirmed if r.get("tie")]},
             "confirmed": confirmed, "pareto": pareto(self.trials, self.tune.objective.direction),
@@ -551,6 +596,10 @@ def _key_metrics(record: Record) -> dict[str, Any]:
     keys = ("samples_per_s_per_gpu", "step_time_mean_s", "step_time_s", "peak_mem_allocated_gib",
             "peak_mem_reserved_gib", "mfu", "energy_j_per_sample", "update_applied_share", "step_time_cv")
     return {**{k: m.get(k) for k in keys if m.get(k) is not None}, "fidelity": record.extra.get("fidelity")}
+
+
+def _key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
 
 
 def _knobs(params: dict[str, Any]) -> str:

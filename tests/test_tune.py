@@ -1,0 +1,194 @@
+"""`benchbay tune`: the search finds a planted optimum without naming an infeasible or lossy trial,
+resumes without re-running a finished trial, refuses bad input with nothing written, and leaves a
+tune.json, a report section and a suite that runs."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from benchbay import store
+from benchbay.record import Status
+from benchbay.suite import SuiteError, load
+from benchbay.tune.memory import MemoryModel, fit
+from benchbay.tune.result import emit_suite, read_result
+from benchbay.tune.study import CONFIRMS, TRIAL, Tuner
+from tests.conftest import benchbay_cmd, write_suite
+from tests.fixtures.landscape import OPTIMUM
+
+LANDSCAPE = """\
+name: landscape
+workload: {name: "tests.fixtures.landscape:Landscape"}
+steps: {warmup: 1, measure: 4}
+tune:
+  space: {mbs: {min: 2, max: 16, step: 2}, speed: [slow, fast, fastest], precision: [bf16_mixed, bf16]}
+  constraints: {faithful: true}
+  trials: 24
+  confirm: {top: 2, repeats: 1}
+"""
+
+
+def tuner(tmp_path, text=LANDSCAPE, **kwargs):
+    from tests.conftest import InProcessLauncher
+
+    return Tuner(load(write_suite(tmp_path / "suite.yaml", text)), tmp_path / "results",
+                 launcher=InProcessLauncher(), **kwargs)
+
+
+def test_tune_finds_the_planted_optimum_and_never_names_an_infeasible_or_lossy_trial(tmp_path, in_repo):
+    summary = tuner(tmp_path).run_study()
+    result = summary.result
+    ran = [t for t in result["trials"] if t["status"] != "skipped"]
+    assert len(ran) == 24
+    assert result["best"]["knobs"] == OPTIMUM
+    assert result["best"]["confirmed"] and result["best"]["runs"] == 2
+    # the winner and every feasible trial: ok, faithful, within the planted capacity
+    feasible = [t for t in result["trials"] if t["feasible"]]
+    assert feasible and all(t["status"] == "ok" and t["fidelity"] == "faithful" for t in feasible)
+    assert all(t["knobs"]["precision"] == "bf16_mixed" for t in feasible)
+    lossy = [t for t in result["trials"] if t["knobs"]["precision"] == "bf16" and t["status"] == "ok"]
+    assert all(not t["feasible"] and "fidelity" in t["why"] for t in lossy)
+    # an OOM bounds its configuration: no larger batch of it is run after it
+    for oom in (t for t in result["trials"] if t["status"] == "oom"):
+        rest = {k: v for k, v in oom["knobs"].items() if k != "mbs"}
+        later = [t for t in result["trials"] if t["trial"] > oom["trial"]
+                 and {k: v for k, v in t["knobs"].items() if k != "mbs"} == rest]
+        assert all(t["knobs"]["mbs"] < oom["knobs"]["mbs"] for t in later)
+    # each trial is a record naming it; confirmations are repeats of the same point
+    records = store.typed_records(summary.run)
+    assert sorted(r.extra[TRIAL] for r in records if CONFIRMS not in r.extra) == [t["trial"] for t in result["trials"]]
+    assert {r.repeat for r in records if CONFIRMS in r.extra} == {1}
+    assert read_result(summary.run)["best"] == result["best"]
+    pareto = result["pareto"]  # the CPU measures no device memory: no front to draw
+    assert pareto == []
+
+
+def test_a_tune_resumes_where_it_stopped_without_running_a_finished_trial_again(tmp_path, in_repo):
+    first = tuner(tmp_path, trials=3).run_study()
+    assert len(first.result["trials"]) >= 3
+    again = tuner(tmp_path, trials=6, resume=True).run_study()
+    assert again.run == first.run
+    records = store.typed_records(first.run)
+    trials = [r for r in records if CONFIRMS not in r.extra]
+    assert sum(r.status != Status.SKIPPED for r in trials) == 6
+    assert len({r.point_id for r in trials}) == len(trials)  # no configuration measured twice
+    assert sorted(r.extra[TRIAL] for r in trials) == list(range(len(trials)))
+
+
+@pytest.mark.slow
+def test_a_killed_tune_resumes_from_its_records(tmp_path, in_repo, cli_env):
+    suite = write_suite(tmp_path / "suite.yaml", LANDSCAPE.replace("trials: 24", "trials: 4"))
+    results = tmp_path / "results"
+    proc = subprocess.Popen(benchbay_cmd("tune", str(suite), "--results", str(results), "--no-report"),
+                            env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    records = lambda: [p for p in results.glob("landscape/*/records.jsonl") if p.stat().st_size]  # noqa: E731
+    deadline = time.monotonic() + 120
+    while not records() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # mid-study: no tune.json, the manifest says running
+    proc.wait()
+    run = records()[0].parent
+    before = len(store.typed_records(run))
+    done = subprocess.run(benchbay_cmd("tune", str(suite), "--results", str(results), "--resume", "--no-report"),
+                          env=cli_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"resumed {run.name}: {before} trials" in done.stdout + done.stderr
+    trials = [r for r in store.typed_records(run) if CONFIRMS not in r.extra]
+    assert sum(r.status != Status.SKIPPED for r in trials) == 4
+    assert len({r.point_id for r in trials}) == len(trials)
+    assert store.read_manifest(run)["state"] == "complete"
+
+
+def test_a_constraint_no_trial_meets_is_said_with_the_closest_trials(tmp_path, in_repo):
+    text = LANDSCAPE.replace("precision: [bf16_mixed, bf16]", "precision: [bf16]").replace("trials: 24", "trials: 3")
+    result = tuner(tmp_path, text).run_study().result
+    assert result["best"] is None
+    closest = result["no_feasible"]["closest"]
+    assert closest and all("fidelity" in c["why"] or "oom" in c["why"] for c in closest)
+
+
+def test_the_winner_is_emitted_as_a_suite_that_loads_and_a_report_shows_the_tune(tmp_path, in_repo):
+    from benchbay.report import build_report
+    from benchbay.suite_model import SuiteMeta
+
+    summary = tuner(tmp_path, trials=5).run_study()
+    path = emit_suite(summary.run, tmp_path / "tuned.yaml")
+    suite = load(path)
+    (point,) = suite.expand()
+    assert point.label == "tuned"
+    assert {k: point.knobs[k] for k in summary.result["best"]["knobs"]} == summary.result["best"]["knobs"]
+    out = tmp_path / "report"
+    build_report(store.load_runs([summary.run]), out, suite_meta=SuiteMeta.of_run(summary.run),
+                 tunes={summary.run.name: summary.result})
+    text = (out / "report.md").read_text()
+    assert f"Tune {summary.run.name}" in text and "**Best: trial" in text
+    assert (out / f"landscape-{summary.run.name}-tune-progress.png").stat().st_size > 0
+
+
+BAD = {
+    "an unknown knob": ("space: {nope: [1]}", "tune.space.nope: a known knob"),
+    "an unknown value": ("space: {speed: [slow, warp]}", "tune.space.speed[1]: one of"),
+    "an empty space": ("space: {}", "tune.space: a non-empty mapping"),
+    "a budget of 0": ("space: {speed: [slow]}\n  trials: 0", "tune.trials: an integer from 1"),
+    "no budget": ("space: {speed: [slow]}", "tune: a budget"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_tune_block_is_one_error_naming_its_key(tmp_path, case):
+    block, expected = BAD[case]
+    text = f"name: bad\nworkload: {{name: 'tests.fixtures.landscape:Landscape'}}\ntune:\n  {block}\n"
+    with pytest.raises(SuiteError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        load(write_suite(tmp_path / "bad.yaml", text))
+
+
+def test_bad_tune_input_on_the_command_line_exits_2_with_nothing_written(tmp_path, in_repo, cli_env):
+    suite = write_suite(tmp_path / "suite.yaml", LANDSCAPE)
+    other = write_suite(tmp_path / "other.yaml", LANDSCAPE.replace("name: landscape", "name: other"))
+    results = tmp_path / "results"
+    bad = write_suite(tmp_path / "bad.yaml", LANDSCAPE.replace("speed: [slow, fast, fastest]", "speed: [warp]"))
+    store.write_manifest(results / "other" / "20260101-000000-abcd", {"suite": "other", "tune": {}})
+    for args in (["tune", str(bad)], ["tune", str(suite), "--trials", "0"],
+                 ["tune", str(suite), "--device-seconds", "nan"],
+                 ["tune", str(suite), "--resume", "20260101-000000-abcd"], ["run", str(suite)]):
+        done = subprocess.run(benchbay_cmd(*args, "--results", str(results)), env=cli_env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert not (results / "landscape").exists(), args
+    assert "search it with `benchbay tune" in done.stderr  # run of a tune suite says what to use
+    # another suite's study, named by its id: not a tune of this suite
+    manifest = {"suite": "other", "tune": {"space": {}}}
+    run = results / "landscape" / "20260101-000000-abcd"
+    store.write_manifest(run, manifest)
+    done = subprocess.run(benchbay_cmd("tune", str(suite), "--results", str(results), "--resume", run.name),
+                          env=cli_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "not a tune of suite 'landscape'" in done.stderr
+    assert sorted(p.name for p in run.iterdir()) == ["manifest.json"]
+    assert other.exists()
+
+
+def test_the_memory_line_refuses_a_batch_it_predicts_cannot_fit():
+    assert fit([(4, 10.0)]) is None  # one batch: no line
+    line = fit([(4, 30.0), (8, 50.0), (12, 70.0)])
+    assert line.intercept == pytest.approx(10.0) and line.slope == pytest.approx(5.0)
+    model = MemoryModel(capacity_gib=80.0)
+    model.observe("rest", 4, 30.0, oom=False)
+    assert model.refuses("rest", 64) is None  # one point says nothing of the slope
+    model.observe("rest", 8, 50.0, oom=False)
+    assert model.predict("rest", 12) == pytest.approx(70.0)
+    assert model.refuses("rest", 13) is None  # 75 GiB: within 97% of 80
+    assert "predicts 80.0 GiB" in model.refuses("rest", 14)
+    assert model.largest_fitting("rest", range(2, 20, 2)) == 12
+    model.observe("rest", 12, None, oom=True)  # measured beats predicted
+    assert "batch 12" in model.refuses("rest", 12) and model.largest_fitting("rest", range(2, 20, 2)) == 10
+    assert model.refuses("other", 64) is None
+
+
+def test_a_tune_json_that_is_not_one_is_skipped_with_a_warning(tmp_path):
+    (tmp_path / "tune.json").write_text(json.dumps({"trials": "x"}))
+    with pytest.warns(UserWarning, match="tune.json: skipping a tune result"):
+        assert read_result(tmp_path) is None

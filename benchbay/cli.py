@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -107,6 +108,15 @@ def _suite(args):
 
 def cmd_validate(args) -> int:
     suite = _suite(args)
+    if suite.tune is not None and not suite.raw.get("sweep"):
+        from benchbay.tune.space import IntRange
+
+        sizes = [len(v.values()) if isinstance(v, IntRange) else len(v) for v in suite.tune.space.values()]
+        budget = " and ".join(filter(None, [suite.tune.trials and f"{suite.tune.trials} trials",
+                                           suite.tune.device_seconds and f"{suite.tune.device_seconds:g} device-s"]))
+        console.print(f"{args.suite}: valid; a tune of {suite.workload} over {_count(len(sizes), 'knob')} "
+                      f"({math.prod(sizes)} configurations), budget {budget}")
+        return 0
     points = suite.expand()
     excluded = sum(1 for p in points if p.excluded)
     workloads = ", ".join(dict.fromkeys(p.workload for p in points))

@@ -1,5 +1,6 @@
-"""The README's table of tuned points at update fidelity is the store's: each row's step, samples/s/GPU,
-MFU and fidelity are what ``benchbay show`` derives from the committed records it names."""
+"""The H200 results' figures (docs/h200-results.md, moved there from the README) are the store's: each
+table row's step, samples/s/GPU, MFU and fidelity are what ``benchbay show`` derives from the committed
+records it names, and each sentence checked here quotes its records or report."""
 
 import re
 from pathlib import Path
@@ -11,11 +12,12 @@ from benchbay.analysis.tables import point_summary
 from benchbay.store import load_runs
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DOC = ROOT / "docs/h200-results.md"  # the H200 figures, linked from the README
 
 
 def table_rows() -> list[list[str]]:
-    """The rows of the README's tables of tuned points at update fidelity (5B and Wall-X; 14B)."""
-    text = (ROOT / "README.md").read_text()
+    """The rows of the results document's tables of tuned points at update fidelity (5B and Wall-X; 14B)."""
+    text = RESULTS_DOC.read_text()
     rows = []
     for marker in ("fidelity-table", "fidelity-14b-table"):
         block = re.search(rf"<!-- {marker} -->\n(.*?)<!-- /{marker} -->", text, re.S).group(1)
@@ -36,7 +38,7 @@ def test_readme_row_matches_its_record(row):
 
 
 def assert_figures(point: pd.Series, label: str, step: str, rate: str, mfu: str, fidelity: str) -> None:
-    """A README row's step, samples/s/GPU (bold or not), MFU on both peaks and fidelity are its point's."""
+    """A results-document row's step, samples/s/GPU (bold or not), MFU on both peaks and fidelity are its point's."""
     assert step == f"{point['step_time_s']:.3f}", label
     assert rate.strip("*") == f"{point['samples_per_s_per_gpu']:.2f}", label
     assert mfu == f"{point['mfu']:.1%} / {point['mfu_datasheet']:.1%}", label
@@ -44,7 +46,7 @@ def assert_figures(point: pd.Series, label: str, step: str, rate: str, mfu: str,
 
 
 def marked_rows(marker: str) -> list[list[str]]:
-    text = (ROOT / "README.md").read_text()
+    text = RESULTS_DOC.read_text()
     block = re.search(rf"<!-- {marker} -->\n(.*?)<!-- /{marker} -->", text, re.S).group(1)
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in block.splitlines()[2:]]
 
@@ -100,7 +102,7 @@ def test_readme_wallx_profile_sentence_is_its_records_top_ops():
                         .splitlines()[0])
     ops = record["extra"]["profile_top_ops"][:10]
     gemms = [op for op in ops if "gemm" in op["name"] or "nvjet" in op["name"]]  # cutlass and cuBLAS's nvjet
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join(RESULTS_DOC.read_text().split())
     assert "multi_tensor_apply_kernel" in ops[0]["name"] and gemms[0] is ops[1]
     assert (f"(`multi_tensor_apply_kernel`, {ops[0]['time_s'] * 1e3:.2f} ms a step, {ops[0]['share']:.1%} of device "
             f"time), just above the top GEMM ({gemms[0]['time_s'] * 1e3:.2f} ms); GEMMs are {len(gemms)} of the 10 top "
@@ -111,7 +113,7 @@ def test_readme_rlinf_claim_names_the_reports_figure():
     report = (ROOT / "reports/dreamzero-5b-video/report.md").read_text().split("(RLinf's claim)")[1]
     row = next(line for line in report.splitlines() if line.startswith("| dreamzero | 1 | pyav | cpu |"))
     figure = [cell.strip() for cell in row.strip("|").split("|")][-2]
-    assert f"the report's {figure} is the later run's" in " ".join((ROOT / "README.md").read_text().split())
+    assert f"the report's {figure} is the later run's" in " ".join(RESULTS_DOC.read_text().split())
 
 
 def test_readme_dreamzero_5b_frontier_table_is_its_report():
@@ -136,3 +138,23 @@ def test_readme_dreamzero_5b_frontier_table_is_its_report():
             c = changes.loc[label]
             assert change.split(" (")[0] == (f"{c['step_change']:+.1%} [{c['step_change_low'] * 100:+.1f}, "
                                              f"{c['step_change_high'] * 100:+.1f}]"), label
+
+
+def test_readme_is_one_screenful_with_cis_test_command():
+    """The README stays short (the lab notebook lives in docs/) and shows the test command .ci/run runs."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    ci = next(line for line in (ROOT / ".ci/run").read_text().splitlines() if "-m pytest" in line)
+    assert ci.strip() in readme
+
+
+DOCS = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_relative_links_resolve(doc):
+    """Every relative link of the README and docs/ names a file that exists (after the move to docs/)."""
+    path = ROOT / doc
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+        if "://" not in target:
+            assert (path.parent / target).exists(), f"{doc}: {target}"

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from benchbay.store import MANIFEST, RECORDS, read_records, record_lines
+from benchbay.store import MANIFEST, RECORDS, read_records, record_lines, refuse_links
 
 BASELINES_DIR = "baselines"
 
@@ -47,6 +47,18 @@ def _check_readable(baseline: Path) -> None:
             raise ValueError(f"{path}:{n}: {got}: an unreadable baseline")
 
 
+def check_baseline(baseline: Path, machine_key: str) -> Path:
+    """``baseline``, once it meets the rule of every baseline the gate is given, found by name or
+    named as a folder: each of its lines a record, and its records of the candidate's machine key
+    (another machine's figures, a 3x slower CPU's, judge nothing of this one); ValueError otherwise."""
+    _check_readable(baseline)
+    key = run_machine_key(baseline)
+    if key != machine_key:
+        raise ValueError(f"{baseline}: a baseline of machine {key}, but the candidate ran on {machine_key}: a gate "
+                         "compares one machine's runs (`benchbay compare` shows the two side by side)")
+    return baseline
+
+
 def _check_name(name: str, what: str = "baseline name") -> None:
     """One path component: a baseline's name, and its machine key, which comes from the records
     (a record saying ``"machine_key": "../../x"`` must not place a baseline outside the root)."""
@@ -69,7 +81,7 @@ def save_baseline(run_dirs: str | Path | list[str | Path], name: str, results_ro
         raise ValueError(f"runs of several machines cannot make one baseline: {sorted(keys)}")
     key = keys.pop()
     _check_name(key, "machine key")
-    target = Path(results_root) / BASELINES_DIR / key / name
+    target = refuse_links(Path(results_root) / BASELINES_DIR / key / name, results_root)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     with open(staging / RECORDS, "wb") as out:

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from benchbay.record import Status
+from benchbay.store import UNWRITABLE
 
 if TYPE_CHECKING:  # pandas loads lazily: `benchbay --help` and `validate` stay quick
     import pandas as pd
@@ -156,7 +157,15 @@ def cmd_run(args) -> int:
         raise ValueError("--retry-failed: with --resume (it measures again the failed points of a run)")
     runner = SuiteRunner(suite, args.results, resume=resume, launcher=_launcher(args, suite), labels=args.point,
                          peak_flops=_peak_flops(), time_budget_s=args.time_budget, retry_failed=args.retry_failed)
-    summary = runner.run_all()
+    try:
+        summary = runner.run_all()
+    except OSError as exc:  # the run's folder or first manifest could not be written: nothing measured
+        if exc.errno not in UNWRITABLE:
+            raise
+        again = f"--resume {runner.run.name}" if runner.run.exists() else "run again"
+        print(f"benchbay run: cannot write {exc.filename}: {exc.strerror}; free space (or make it writable), then "
+              f"{again}", file=sys.stderr)
+        return 4
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing new"
     console.print(f"results: {summary.run} ({counts})")
     if summary.busy:
@@ -170,13 +179,20 @@ def cmd_run(args) -> int:
         return 3
     if not args.no_report:
         from benchbay.report import build_report
+        from benchbay.runner import sigterm_as_interrupt
         from benchbay.store import find_runs, load_runs
         from benchbay.suite_model import SuiteMeta
 
         out = Path(args.report_dir or Path("reports") / suite.name)
-        # the suite's runs (build_report keeps this machine's): a run of --point adds to the report
-        path = build_report(load_runs(find_runs([summary.run.parent])), out, title=suite.name,
-                            suite_meta=SuiteMeta.of(suite), peak_flops=_peak_flops())
+        try:  # SIGTERM here too is an interrupt (130): the report is written whole or not at all
+            with sigterm_as_interrupt():
+                # the suite's runs (build_report keeps this machine's): a run of --point adds to the report
+                path = build_report(load_runs(find_runs([summary.run.parent])), out, title=suite.name,
+                                    suite_meta=SuiteMeta.of(suite), peak_flops=_peak_flops())
+        except KeyboardInterrupt:
+            print(f"interrupted while writing the report: the records are kept in {summary.run}; write it with "
+                  f"`benchbay report {suite.name}`", file=sys.stderr)
+            return 130
         console.print(f"report: {path}")
     if not summary.failed:
         return 0
@@ -317,6 +333,8 @@ def cmd_show(args) -> int:
         writable_file(args.export, "--export")
     found = find_runs(args.runs, args.results)
     df = load_runs(found)
+    if df.empty:  # a run stopped before its first record, or whose every line was skipped
+        raise ValueError(f"{', '.join(map(str, found))}: no records to show")
     for suite, points in point_summary(df, _peak_flops(), _price(args, found)).groupby("suite", sort=False):
         runs = ", ".join(sorted(df.loc[df.suite == suite, "run_id"].unique()))
         for workload, group in points.groupby("workload", sort=False):
@@ -331,11 +349,10 @@ def cmd_show(args) -> int:
 
 
 def _one_run(ref: str, results: str) -> Path:
-    """A single run: the newest when ``ref`` names a suite folder or suite."""
-    from benchbay.store import find_runs
+    """A single run: the newest (``newest_first``) when ``ref`` names a suite folder or suite."""
+    from benchbay.store import find_runs, newest_first
 
-    runs = find_runs([ref], results)
-    return max(runs, key=lambda p: p.name)
+    return newest_first(find_runs([ref], results))[0]
 
 
 def _suite_metas(runs) -> dict:
@@ -413,14 +430,14 @@ def _loss_checks(df, specs: list[str]):
 
 
 def _baseline(run: Path, name: str | None, results: str) -> Path | None:
-    """The baseline a run is gated against: ``name`` as a folder, else by name on the run's machine."""
-    from benchbay.baselines import find_baseline, run_machine_key
+    """The baseline a run is gated against: ``name`` as a folder, else by name on the run's machine;
+    either meets ``check_baseline`` (readable, of the run's machine)."""
+    from benchbay.baselines import check_baseline, find_baseline, run_machine_key
     from benchbay.store import read_manifest
 
-    suite = read_manifest(run).get("suite")
-    if name and Path(name).is_dir():
-        return Path(name)
-    return find_baseline(results, run_machine_key(run), name=name or suite, suite=suite)
+    suite, key = read_manifest(run).get("suite"), run_machine_key(run)
+    found = Path(name) if name and Path(name).is_dir() else find_baseline(results, key, name=name or suite, suite=suite)
+    return None if found is None else check_baseline(found, key)
 
 
 def cmd_gate(args) -> int:
@@ -443,7 +460,8 @@ def cmd_gate(args) -> int:
         candidate = load_runs([run])
         thresholds = args.threshold or SuiteMeta.from_raw(manifest.get("suite_as_run") or {}).gate or None
         result = gate(load_runs([baseline]), candidate, thresholds,
-                      loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob)
+                      loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob,
+                      require_comparison=args.require_baseline)
         text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown.rstrip()}"
         text += format_pointers(diff_pointers(result.checks, baseline, run, args.results))
         exit_code = result.exit_code
@@ -487,10 +505,10 @@ def cmd_history(args) -> int:
 
     from benchbay.analysis.history import history
     from benchbay.store import load_runs
-    from benchbay.suite import load
+    from benchbay.suite import name_of
 
-    # a suite file names its suite, as for run and validate
-    name = load(args.suite).name if args.suite.endswith((".yaml", ".yml")) else args.suite
+    # a suite file names its suite, as for run and validate (read as data: no workload of it imported)
+    name = name_of(args.suite) if args.suite.endswith((".yaml", ".yml")) else args.suite
     table = history(load_runs([name], args.results), args.metric, statistic=args.statistic)
     columns = [c for c in ("point", "run_id", "git_commit", "started_at", "value", "change_point", "step",
                            "verdict") if c in table]
@@ -517,6 +535,18 @@ def cmd_export_pytest_benchmark(args) -> int:
     return 0
 
 
+def _amount(text: str) -> float:
+    """A number of seconds, percent or price: finite and not negative (``nan`` compared as "no change",
+    and a budget of ``nan`` let every point start)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number, 0 or more")
+    return value
+
+
 def _suite_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("suite", help="a suite YAML file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -533,6 +563,7 @@ def _baseline_argument(p: argparse.ArgumentParser) -> None:
 
 
 def _price_argument(p: argparse.ArgumentParser) -> None:
+    # checked where priced (analysis.cost.check_price: a finite number > 0), as a suite's own price
     p.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE",
                    help="the cost per 1M samples at this GPU-hour price (default: the suite's price_per_gpu_hour)")
 
@@ -559,7 +590,7 @@ def _suite_commands(sub) -> None:
                    help="with --resume: measure again the points that ended in error, crash, timeout, diverged or "
                    "oom (outside a batch search); the new record stands for the point")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
-    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+    p.add_argument("--time-budget", type=_amount, metavar="SECONDS",
                    help="start no point once less time is left than it took before on this machine (any run "
                    "of the suite), or than the longest point so far where it has no record; later points that "
                    "fit still run (exit code 3, resumable): a job's time limit then falls between points")
@@ -577,11 +608,11 @@ def _suite_commands(sub) -> None:
     _suite_arguments(p)
     _results_argument(p)
     p.add_argument("--trials", type=int, metavar="N", help="trials to run in all (overrides tune.trials)")
-    p.add_argument("--device-seconds", type=float, metavar="S",
+    p.add_argument("--device-seconds", type=_amount, metavar="S",
                    help="device time for all trials and confirmations (overrides tune.device_seconds)")
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_ID",
                    help="continue a tune (the latest of this suite on this machine, or RUN_ID)")
-    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+    p.add_argument("--time-budget", type=_amount, metavar="SECONDS",
                    help="this call's time: start no trial that would not end within it (exit code 3, resumable)")
     p.add_argument("--emit-suite", metavar="PATH", help="write the winner as a suite anyone can run and gate")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the tune")
@@ -635,7 +666,7 @@ def _gate_commands(sub) -> None:
     p.add_argument("baseline", help="a run (folder, id, or a suite: its newest run)")
     p.add_argument("candidate", help="a run (folder, id, or a suite: its newest run)")
     _results_argument(p)
-    p.add_argument("--min-change", type=float, default=2.0, metavar="PERCENT",
+    p.add_argument("--min-change", type=_amount, default=2.0, metavar="PERCENT",
                    help="smallest change that counts (default 2)")
     p.add_argument("--only-changes", action="store_true", help="leave out points without a real change")
     _ignore_knob_argument(p)
@@ -651,7 +682,8 @@ def _gate_commands(sub) -> None:
     p.add_argument("--loss-equivalence", action="append", default=[], metavar="REF:CAND[:RTOL:ATOL]",
                    help="the loss curve of label CAND must follow label REF's")
     p.add_argument("--markdown", help="also write the summary to this file (CI job summary)")
-    p.add_argument("--require-baseline", action="store_true", help="fail when no baseline exists")
+    p.add_argument("--require-baseline", action="store_true",
+                   help="fail when no baseline exists, or when nothing of it compares with the candidate")
     _ignore_knob_argument(p)
     p.set_defaults(func=cmd_gate)
     p = sub.add_parser("diff", help="two profiled points by phase and op family, with a noise floor")
@@ -720,6 +752,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader (`| head`) stopped reading: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
+    except OSError as exc:  # a full disk or a read-only folder (a report, a baseline): said in one line
+        if exc.errno not in UNWRITABLE or os.environ.get("BENCHBAY_TRACEBACK"):
+            raise
+        print(f"benchbay {args.command}: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 4
 
 
 if __name__ == "__main__":

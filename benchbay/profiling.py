@@ -31,8 +31,8 @@ class ProfilingRunner(SuiteRunner):
                         equivalent_tolerance={}, gate=[], raw=raw)
         super().__init__(suite, results_root, console, labels=list(labels or suite.profile), peak_flops=peak_flops)
 
-    def spec(self, point: Point, repeat: int = 0) -> PointSpec:
-        return replace(super().spec(point, repeat), profile=True)
+    def spec(self, point: Point, repeat: int = 0, stop_below: float | None = None) -> PointSpec:
+        return replace(super().spec(point, repeat, stop_below), profile=True)
 
 
 def profile_points(suite: Suite, labels: list[str] | None = None, results_root: str | Path = "results",

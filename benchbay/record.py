@@ -5,6 +5,7 @@ statuses, the reports, ``compare`` and ``gate`` read them."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import math
 import types
@@ -59,6 +60,10 @@ FIGURES = frozenset("""
     step_times_s losses grad_norms data_waits_s cpu_util cpu_util_t child_cpu_util gpu_util gpu_power_w
         gpu_sm_clock_mhz
 """.split())
+
+
+#: the figures of ``metrics`` that are words, not numbers: the signal that killed a point's process
+WORD_FIGURES = frozenset({"signal"})
 
 
 @dataclass(kw_only=True)
@@ -157,7 +162,38 @@ def validate(data: Any) -> dict[str, Any]:
     for f in fields:
         if f.name in data and not _fits(data[f.name], _HINTS[f.name]):
             raise ValueError(f"{f.name}: expected {_describe(_HINTS[f.name])}, got {_kind(data[f.name])}")
+    _check_values(data)
     return data
+
+
+def _check_values(data: dict[str, Any]) -> None:
+    """The values inside a record's fields that every reader takes as they are: a figure is a
+    finite number (or null), a series a list of them, the machine's fingerprint plain values (or a
+    mapping of them: its packages), the start an ISO 8601 time; ValueError naming the first that is not."""
+    for name, value in data.get("metrics", {}).items():
+        if not (_number(value) or name in WORD_FIGURES and isinstance(value, str)):
+            raise ValueError(f"metrics.{name}: expected a finite number or null, got {_kind(value)}")
+    for name, values in data.get("series", {}).items():
+        if not isinstance(values, list) or not all(map(_number, values)):
+            raise ValueError(f"series.{name}: expected a list of finite numbers or nulls, got {_kind(values)}")
+    for name, value in data.get("env", {}).items():
+        if not (_plain(value) or isinstance(value, dict) and all(map(_plain, value.values()))):
+            raise ValueError(f"env.{name}: expected a string, number, boolean or null, got {_kind(value)}")
+    try:
+        if data.get("started_at") is not None:
+            dt.datetime.fromisoformat(data["started_at"])
+    except ValueError:
+        raise ValueError(f"started_at: expected an ISO 8601 time, got {_kind(data['started_at'])}") from None
+
+
+def _number(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, int) and not isinstance(value, bool)
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
 
 
 _HINTS = typing.get_type_hints(Record)

@@ -46,6 +46,7 @@ from benchbay.analysis.tables import (
 )
 from benchbay.document import Block, Heading, Image, Table, Text
 from benchbay.record import DELIVERED_RATE
+from benchbay.store import refuse_links, write_atomic
 from benchbay.suite_model import SuiteMeta
 from benchbay.tune.figures import tune_blocks
 
@@ -457,7 +458,7 @@ def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay r
     ``peak_flops`` (FLOP/s) forces the MFU denominator for every point; ``price_per_gpu_hour``
     the price of the cost per 1M samples (else each suite's ``price_per_gpu_hour``).
     """
-    out_dir = Path(out_dir)
+    out_dir = refuse_links(out_dir, Path(out_dir).parent)  # reports/<suite> a link: its files would land there
     out_dir.mkdir(parents=True, exist_ok=True)
     if df.empty:
         raise ValueError("no records to report")
@@ -473,7 +474,6 @@ def build_report(df: pd.DataFrame, out_dir: str | Path, title: str = "benchbay r
         for run_id in sorted(set(df.loc[df["suite"] == suite, "run_id"]) & set(tunes or {})):
             blocks += tune_blocks(tunes[run_id], f"{_slug(suite)}-{run_id}", out_dir)
     blocks += _scaling_blocks(df, "scaling", out_dir)  # across suites: one configuration at several sizes
-    (out_dir / "report.md").write_text(document.markdown(blocks))
-    html_path = out_dir / "report.html"
-    html_path.write_text(document.html(blocks, title))
-    return html_path
+    # each whole or not at all: a full disk never cuts the report already there
+    write_atomic(out_dir / "report.md", document.markdown(blocks).encode())
+    return write_atomic(out_dir / "report.html", document.html(blocks, title).encode())

@@ -28,7 +28,7 @@ from benchbay.launch.local import LocalLauncher
 from benchbay.progress import SweepProgress, describe, warn_once
 from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, SEARCH_KNOB, Record, Status
 from benchbay.store import point_id
-from benchbay.suite_model import Point, Suite, excluded_by
+from benchbay.suite_model import Point, Suite, card_choice, excluded_by
 from benchbay.workloads import registry
 from benchbay.workloads.base import TrainingWorkload
 
@@ -95,6 +95,10 @@ class SuiteRunner:
         self.launcher = launcher or LocalLauncher(Launch.of(suite.devices))
         self.launch = self.launcher.launch
         self.device = self.launcher.device(suite.devices.type)
+        # the card picks params given per card memory class; a launcher that cannot read it from here
+        # (Slurm's login node) has no memory_gb, and such params take their smallest class
+        read_memory = getattr(self.launcher, "memory_gb", None)
+        self.memory_gb = read_memory(self.device) if read_memory else None
         self.peak_flops = peak_flops
         self.run = self._pick_run(resume)
         self.stored: dict[tuple[str, int], Record] = {}  # read once the run is locked
@@ -154,7 +158,7 @@ class SuiteRunner:
 
     # ---- the sweep ------------------------------------------------------------------------------
     def tasks(self) -> list[tuple[Point, int]]:
-        points = [p for p in self.suite.expand(self.device)
+        points = [p for p in self.suite.expand(self.device, self.memory_gb)
                   if not self.labels or any(matches(p, label) for label in self.labels)]
         if self.suite.search:  # one configuration per distinct point without the searched knob
             seen: dict[str, Point] = {}
@@ -199,6 +203,8 @@ class SuiteRunner:
         # a resumed run keeps its first start
         manifest["started_at"] = store.read_manifest(self.run).get("started_at", manifest["started_at"])
         store.write_manifest(self.run, manifest)
+        if self.device == "cuda" and (classes := self.suite.card_classes()):
+            self.console.print(card_choice(self.memory_gb, classes), markup=False, highlight=False)
         summary = RunSummary(self.run, {})
         warned: set[str] = set()
         started, longest = time.perf_counter(), 0.0
@@ -249,7 +255,12 @@ class SuiteRunner:
         stopped = summary.interrupted or summary.out_of_time or summary.unwritable
         manifest.update(state="interrupted" if stopped else "complete",
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-        store.write_manifest(self.run, manifest)
+        try:
+            store.write_manifest(self.run, manifest)
+        except OSError as exc:  # a full disk: the manifest stays as it was (written whole or not at all)
+            summary.unwritable = f"{self.run / store.MANIFEST}: {exc}"
+            self.console.print(f"cannot write {summary.unwritable}; free space, then continue with --resume "
+                               f"{self.run.name}", markup=False, highlight=False)
         # by today's identity, as the resume keys them: a retried record from before a knob was added
         # is the same point as its retry, which stands for it
         latest = {(store.today_point_id(r), r.repeat): r for r in store.typed_records(self.run)}

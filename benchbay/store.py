@@ -4,11 +4,14 @@ the environment, the run's state). Loading any set of runs gives one flat DataFr
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
+import errno
 import fcntl
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -27,6 +30,8 @@ if TYPE_CHECKING:  # a frame only where results are read: the worker and the sui
 
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"
+#: the errors of a store that cannot be written (a full disk, a quota, a read-only mount), not of bad input
+UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 def point_id(workload: str, params: dict[str, Any], knobs: dict[str, Any], world_size: int = 1) -> str:
@@ -64,8 +69,7 @@ def lock_run(run: Path) -> Iterator[None]:
     """An exclusive lock on a run while it is written, held on its records file (the one file of a
     run that is only appended to, never replaced, so the lock is never lost to a rename); RunInUse,
     naming the holder, when another process has it."""
-    run.mkdir(parents=True, exist_ok=True)
-    with open(run / RECORDS, "ab") as f:
+    with _open_records(run) as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -78,9 +82,8 @@ def lock_run(run: Path) -> Iterator[None]:
 def append_record(run: Path, record: Record) -> None:
     """One line of strict JSON, fsynced, whole or absent: a write that fails (a full disk) is cut
     back off the file before its error goes on, and a crash or Ctrl-C loses nothing already appended."""
-    run.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record.to_json(), default=str, allow_nan=False) + "\n").encode()
-    with open(run / RECORDS, "ab+", buffering=0) as f:
+    with _open_records(run) as f:
         end = f.seek(0, os.SEEK_END)
         if end > 0:
             f.seek(-1, os.SEEK_END)
@@ -101,14 +104,54 @@ def write_manifest(run: Path, manifest: dict[str, Any]) -> None:
 
 
 def write_json(run: Path, name: str, data: dict[str, Any]) -> None:
-    """A run's JSON file (its manifest, a tune's ``tune.json``) replaced whole: a crash leaves the old one."""
-    run.mkdir(parents=True, exist_ok=True)
-    tmp = run / (name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(finite(data), f, indent=2, default=str, allow_nan=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, run / name)
+    """A run's JSON file (its manifest, a tune's ``tune.json``) replaced whole: a crash or a full
+    disk leaves the old one."""
+    text = json.dumps(finite(data), indent=2, default=str, allow_nan=False)
+    write_atomic(run / name, text.encode(), root=Path(run).parent.parent)
+
+
+def refuse_links(path: str | Path, root: str | Path) -> Path:
+    """``path``, once neither it nor a folder between ``root`` and it is a symbolic link: benchbay
+    writes nothing through a link (git keeps links, so a pull request can plant one under results/
+    or reports/ that points anywhere the user can write). ``root`` itself may be one (a results
+    root on another disk); ValueError naming the link otherwise."""
+    path, current = Path(path), Path(root)
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            raise ValueError(f"{current}: a symbolic link; benchbay writes nothing through a link (remove it, "
+                             "or write elsewhere)")
+    return path
+
+
+def write_atomic(path: str | Path, data: bytes, root: str | Path | None = None) -> Path:
+    """``data`` as the file ``path``, whole or not at all: written to a temporary file of a fresh
+    name beside it (created exclusively, so never through a planted link), then renamed over it; a
+    write that fails (a full disk) leaves the old file and no temporary one. No link from ``root``
+    (default: the file's folder) down to the file (``refuse_links``)."""
+    path = Path(path)
+    refuse_links(path, path.parent if root is None else root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    try:
+        with open(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _open_records(run: Path):
+    """A run's records file, opened to append (and read its last byte), created when absent; never
+    through a link, neither the file nor its suite's or run's folder."""
+    path = refuse_links(run / RECORDS, Path(run).parent.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o666), "ab+", buffering=0)
 
 
 def read_manifest(run: Path) -> dict[str, Any]:
@@ -203,13 +246,31 @@ def _did_you_mean(name: str, root: str | Path) -> str:
 
 
 def latest_run(root: str | Path, suite: str, machine_key: str | None = None) -> Path | None:
-    """The newest run of a suite (on this machine key, when given)."""
-    for run in sorted((Path(root) / suite).glob("*/"), reverse=True):
+    """The newest run of a suite (on this machine key, when given), by ``newest_first``."""
+    for run in newest_first((Path(root) / suite).glob("*/")):
         if not (run / MANIFEST).exists():
             continue
         if machine_key is None or (read_manifest(run).get("env") or {}).get("machine_key") == machine_key:
             return run
     return None
+
+
+def newest_first(runs: Iterable[Path]) -> list[Path]:
+    """Runs by when they started (their manifests' ``started_at``), the newest first, not by their
+    names: a run id is a folder name anyone can pick (a copy named ``20991231-...`` would stand
+    for the newest run forever). A start in the future (an import of a file dated 9999-12-31) or
+    none counts as the oldest; runs that started together go by name."""
+    return sorted(runs, key=lambda run: (_started(run), run.name), reverse=True)
+
+
+def _started(run: Path) -> float:
+    """When a run started (a POSIX time), or -inf where its manifest does not say, or says a time to come."""
+    try:
+        started = dt.datetime.fromisoformat(read_manifest(run).get("started_at"))
+    except (TypeError, ValueError):
+        return -math.inf
+    started = started if started.tzinfo else started.replace(tzinfo=dt.timezone.utc)
+    return started.timestamp() if started <= dt.datetime.now(dt.timezone.utc) else -math.inf
 
 
 @functools.cache

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from benchbay.store import SAFE_NAME
 from benchbay.suite_check import from_dict
 from benchbay.suite_model import (
     MIN_BUDGETED_STEPS,
@@ -24,7 +25,7 @@ from benchbay.suite_model import (
 )
 
 __all__ = ["MIN_BUDGETED_STEPS", "Devices", "Point", "Problem", "Search", "Steps", "Suite", "SuiteError",
-           "excluded_by", "for_device", "from_dict", "load", "parse_scalar"]
+           "excluded_by", "for_device", "from_dict", "load", "name_of", "parse_scalar", "read"]
 
 
 class _Loader(yaml.SafeLoader):
@@ -42,20 +43,61 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|Tr
 #: the largest expanded suite document, in YAML nodes: nested aliases expand exponentially (a
 #: 564-byte suite of them wrote a 1.8 GB manifest), while the largest real suite has a few hundred
 MAX_NODES = 100_000
+#: bounds checked before a document is composed, which PyYAML does recursively and all in memory:
+#: a 1 KB suite nested 500 deep raised RecursionError, a 40 MB one was still parsing at 6.8 GB
+MAX_BYTES, MAX_DEPTH = 1 << 20, 32
+
+
+class _TooLarge(yaml.YAMLError):
+    """A document over the bounds: said as it is, not as invalid YAML."""
 
 
 def parse_scalar(text: str) -> Any:
     """A command-line value as YAML reads it (``4`` -> 4, ``[1,2]`` -> list, ``off`` -> 'off')."""
+    return _bounded_load(text)
+
+
+def _bounded_load(text: str) -> Any:
+    """YAML text as data, once its events (PyYAML's parser keeps a stack of its own, so it never
+    recurses) show it at most ``MAX_DEPTH`` collections deep and ``MAX_NODES`` values long."""
+    depth = values = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+        values += isinstance(event, yaml.NodeEvent)
+        if depth > MAX_DEPTH or values > MAX_NODES:
+            raise _TooLarge(f"at most {MAX_DEPTH} levels of nesting and {MAX_NODES} values")
     return yaml.load(text, Loader=_Loader)
 
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Suite:
     """Read, override (``key.path=value``) and validate a suite file; raises SuiteError."""
+    raw = read(path)
+    for item in overrides:
+        _apply_override(raw, item, str(path))
+    return from_dict(raw, str(path))
+
+
+def name_of(path: str | Path) -> str:
+    """A suite file's name, read as data: what a reading command (``history``) needs of it, without
+    validating the suite, which imports the workload it names (reading never runs a suite's code)."""
+    name = read(path).get("name")
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        raise SuiteError([Problem(str(path), "name", f"one path component of letters, digits, '.', '_' and '-', "
+                                  f"got {name!r}")])
+    return name
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """A suite file's mapping, bounded before and after it is parsed; raises SuiteError."""
     path = Path(path)
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+        if path.stat().st_size > MAX_BYTES:
+            raise _TooLarge(f"at most {MAX_BYTES} bytes")
+        raw = _bounded_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SuiteError([Problem(str(path), "<file>", "the file does not exist")]) from None
+    except _TooLarge as exc:
+        raise SuiteError([Problem(str(path), "<file>", str(exc))]) from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         # one line naming the file and the line (YAML's own message names "<unicode string>")
         mark = getattr(exc, "problem_mark", None)
@@ -66,9 +108,7 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Suite
     if _larger_than(raw, MAX_NODES):
         raise SuiteError([Problem(str(path), "<file>", f"at most {MAX_NODES} values once its aliases are "
                                   "expanded (nested aliases expand exponentially)")])
-    for item in overrides:
-        _apply_override(raw, item, str(path))
-    return from_dict(raw, str(path))
+    return raw
 
 
 def _apply_override(raw: dict[str, Any], item: str, file: str) -> None:

@@ -9,7 +9,20 @@ from typing import Any
 
 from benchbay import knobs as knob_table
 from benchbay.store import SAFE_NAME
-from benchbay.suite_model import DEVICE_KEYS, PATH_PARAMS, Devices, Point, Problem, Search, Steps, Suite, SuiteError
+from benchbay.suite_model import (
+    DEVICE_KEYS,
+    PATH_PARAMS,
+    Devices,
+    Point,
+    Problem,
+    Search,
+    Steps,
+    Suite,
+    SuiteError,
+    card_class,
+    per_card,
+    per_device,
+)
 from benchbay.tune import space as tune_space
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
@@ -175,25 +188,58 @@ class Validator:
         if name is None:
             return "", params, None
         try:
-            cls = registry.declaration(name)
+            cls = registry.declaration(name).with_params(params)
         except LookupError as exc:
             self.error(f"{where}.name", str(exc))
             return name, params, None
+        if cls.name == "command":
+            from benchbay.workloads.command import check
+
+            check(params, lambda key, expected: self.error(key.replace("workload", where, 1), expected))
         for key, value in params.items():
+            here = f"{where}.params.{key}"
             if key not in cls.params:
-                self.error(f"{where}.params.{key}", f"a parameter of {name}: {sorted(cls.params)}")
-            elif isinstance(value, dict) and not set(value) <= DEVICE_KEYS:
-                self.error(f"{where}.params.{key}", f"a value, or one per device type {sorted(DEVICE_KEYS)}")
-            elif key in PATH_PARAMS:
-                self.existing_paths(value, f"{where}.params.{key}")
+                self.error(here, f"a parameter of {name}: {sorted(cls.params)}")
+                continue
+            if isinstance(value, dict) and key not in cls.mapping_params:
+                if not per_device(value):
+                    self.error(here, f"a value, or one per device type {sorted(DEVICE_KEYS)}")
+                    continue
+                if not self.device_values(value, here):
+                    continue
+            if key in PATH_PARAMS:
+                self.existing_paths(value, here)
             elif key in cls.param_values:
-                for one in value.values() if isinstance(value, dict) else [value]:
+                for one in _values(value):
                     if one is not None and one not in cls.param_values[key]:
-                        self.error(f"{where}.params.{key}", f"one of {list(cls.param_values[key])}, got {one!r}")
+                        self.error(here, f"one of {list(cls.param_values[key])}, got {one!r}")
         return name, params, cls
 
+    def device_values(self, value: dict, where: str) -> bool:
+        """A per-device param's entries: a value each; CUDA's may be one per card memory class
+        ({24: small, 141: real}, GB: ``suite_model.by_card_memory``). Whether they are well formed."""
+        ok = True
+        for device, one in value.items():
+            if not isinstance(one, dict):
+                continue
+            if device != "cuda" or not one:
+                self.error(f"{where}.{device}", "a value" + (", or one per card memory class in GB "
+                           "({24: ..., 80: ...})" if device == "cuda" else " (the CPU has no card memory classes)")
+                           + f", got {one!r}")
+                ok = False
+                continue
+            for gb, entry in one.items():
+                if not card_class(gb):
+                    self.error(f"{where}.cuda.{gb}", f"a card memory class: a number of GB > 0 (24, 40, 80, 141), "
+                               f"got {gb!r}")
+                    ok = False
+                elif isinstance(entry, (dict, list)):
+                    self.error(f"{where}.cuda.{gb}", f"a value, got {entry!r}")
+                    ok = False
+        return ok
+
     def existing_paths(self, value, where: str) -> None:
-        for path in value.values() if isinstance(value, dict) else [value]:
+        for path in _values(value):
             if isinstance(path, str) and not Path(path).exists():
                 self.error(where, f"an existing path (data on disk), got {path!r}: it does not exist")
 
@@ -233,6 +279,9 @@ class Validator:
                            f"sweep.points[{i}]")
             if "label" in point and not isinstance(point["label"], str):
                 self.error(f"sweep.points[{i}].label", "a string")
+            elif "label" in point and not point["label"].isprintable():
+                # a newline in a label ends a row of a table and can forge a line of the gate's summary
+                self.error(f"sweep.points[{i}].label", f"printable characters only, got {point['label']!r}")
             elif "label" in point and any(p.get("label") == point["label"] for p in points[:i]):
                 # a label names one point in --point, breakdown, equivalent and the reports
                 self.error(f"sweep.points[{i}].label", f"a label no other point has, got {point['label']!r} again")
@@ -261,15 +310,18 @@ class Validator:
         return points, grid, zipped, exclude
 
     def distinct_points(self, suite: Suite) -> None:
-        """Two points with the same knobs would be one measurement: the second would never run."""
-        for device in sorted(DEVICE_KEYS):
+        """Two points with the same knobs would be one measurement: the second would never run.
+        Checked for the CPU and for a card of each memory class that the params name."""
+        cards = [("cpu", None)] + [("cuda", gb) for gb in suite.card_classes() or [None]]
+        for device, memory_gb in cards:
             seen: dict[str, Point] = {}
-            for point in suite.expand(device):
+            for point in suite.expand(device, memory_gb):
                 first = seen.setdefault(point.point_id, point)
                 if first is not point:
+                    where = "" if device == "cpu" else f" on {device}" if memory_gb is None else \
+                        f" on a {memory_gb:g} GB card"
                     self.error("sweep", f"points that differ: {first.label or first.index!r} and "
-                               f"{point.label or point.index!r} have the same workload, params and knobs"
-                               + (f" on {device}" if device != "cpu" else ""))
+                               f"{point.label or point.index!r} have the same workload, params and knobs{where}")
                     return
 
     def steps(self, node) -> Steps:
@@ -358,6 +410,13 @@ class Validator:
         if not isinstance(snapshots, bool):
             self.error("sweep.search.memory_snapshots", f"true or false, got {snapshots!r}")
         return Search(knob, lo, hi, headroom, bool(node.get("zero_retries", False)), step, bool(snapshots))
+
+
+def _values(value) -> list:
+    """A param's values: itself, or each device's (each card memory class's, on CUDA)."""
+    if not isinstance(value, dict):
+        return [value]
+    return [x for one in value.values() for x in (one.values() if per_card(one) else [one])]
 
 
 def _integer(value) -> bool:

@@ -4,6 +4,7 @@ expansion into sweep points. Reading and checking a suite file: benchbay.suite."
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -86,9 +87,62 @@ DEVICE_KEYS = {"cpu", "cuda"}
 PATH_PARAMS = ("root",)
 
 
-def for_device(params: dict[str, Any], device: str) -> dict[str, Any]:
-    """A param given per device type ({cpu: tiny, cuda: real}) takes the value for ``device``."""
-    return {k: v[device] if isinstance(v, dict) and v and set(v) <= DEVICE_KEYS else v for k, v in params.items()}
+def per_device(value: Any) -> bool:
+    """Whether a param's value is given per device type: ``{cpu: tiny, cuda: real}``."""
+    return isinstance(value, dict) and bool(value) and set(value) <= DEVICE_KEYS
+
+
+def card_class(key: Any) -> bool:
+    """Whether ``key`` names a card memory class: a number of GB > 0 (24, 40, 80, 141)."""
+    return isinstance(key, (int, float)) and not isinstance(key, bool) and math.isfinite(key) and key > 0
+
+
+def per_card(value: Any) -> bool:
+    """Whether a CUDA value is given per card memory class: ``{24: small, 80: mid, 141: real}``."""
+    return isinstance(value, dict) and bool(value) and all(card_class(k) for k in value)
+
+
+def by_card_memory(choices: Mapping[float, Any], memory_gb: float | None) -> Any:
+    """The value of ``choices`` (card memory class in GB -> value) for a GPU of ``memory_gb`` GB:
+    the entry of the largest class not above the card's memory. GB are 10^9 bytes, as cards are
+    sold and as NVML reads their total (a "24 GB" RTX 4090 reads 25.8, an "80 GB" A100 85.9, a
+    "141 GB" H200 150.8), so a card lands in the class it is sold as. A card smaller than every
+    class, or one whose memory is unknown (None: a Slurm login node does not see the job's GPUs),
+    takes the smallest class's entry: entries grow with the card, the smallest fits the most."""
+    fitting = [gb for gb in choices if memory_gb is not None and gb <= memory_gb]
+    return choices[max(fitting) if fitting else min(choices)]
+
+
+def card_choice(memory_gb: float | None, classes: list[float]) -> str:
+    """The line a sweep on CUDA prints when its params are given per card memory class."""
+    chosen = by_card_memory({gb: gb for gb in classes}, memory_gb)
+    card = "GPU memory unknown" if memory_gb is None else f"a {memory_gb:.1f} GB GPU"
+    rule = "the largest class not above the card" if memory_gb is not None and memory_gb >= chosen else "the smallest"
+    return (f"{card}: params given per card memory class ({', '.join(f'{gb:g}' for gb in classes)} GB) "
+            f"take {rule}: {chosen:g} GB")
+
+
+def for_device(params: dict[str, Any], device: str, memory_gb: float | None = None) -> dict[str, Any]:
+    """A param given per device type ({cpu: tiny, cuda: real}) takes the value for ``device``; one
+    that names no value for ``device`` is left out (the workload's default holds). On CUDA the value
+    may be given per card memory class ({cuda: {24: tiny, 141: real}}): ``by_card_memory`` picks
+    the entry for a card of ``memory_gb`` GB."""
+    out = {}
+    for key, value in params.items():
+        if per_device(value):
+            if device not in value:
+                continue
+            value = value[device]
+            if device == "cuda" and per_card(value):
+                value = by_card_memory(value, memory_gb)
+        out[key] = value
+    return out
+
+
+def card_classes(params: dict[str, Any]) -> set[float]:
+    """The card memory classes (GB) that ``params`` name."""
+    return {gb for value in params.values() if per_device(value) and per_card(value.get("cuda"))
+            for gb in value["cuda"]}
 
 
 @dataclass
@@ -126,9 +180,15 @@ class Suite:
     def point_labels(self) -> list[str]:
         return _labels(self.points)
 
-    def expand(self, device: str = "cpu") -> list[Point]:
-        """Every sweep point for a device type: explicit points x grid product x zipped axes,
-        excludes marked. A point may name its own workload (``workload: {name, params}``)."""
+    def card_classes(self) -> list[float]:
+        """The card memory classes (GB) that the suite's params name, the points' own included."""
+        own = [_workload_node(p["workload"]).get("params") or {} for p in self.points if "workload" in p]
+        return sorted(set().union(*(card_classes(params) for params in [self.params, *own])))
+
+    def expand(self, device: str = "cpu", memory_gb: float | None = None) -> list[Point]:
+        """Every sweep point for a device type (and, on CUDA, a card of ``memory_gb`` GB: see
+        ``for_device``): explicit points x grid product x zipped axes, excludes marked. A point may
+        name its own workload (``workload: {name, params}``)."""
         grid_keys = list(self.grid)
         zip_rows = [dict(zip(self.zip, row, strict=True)) for row in zip(*self.zip.values(), strict=True)] \
             if self.zip else [{}]
@@ -140,8 +200,8 @@ class Suite:
             if "workload" in explicit:
                 own = _workload_node(explicit.pop("workload"))
                 workload, params = own["name"], own.get("params", {})
-            params = for_device(params, device)
-            defaults = knob_table.defaults_for(registry.declaration(workload))
+            params = for_device(params, device, memory_gb)
+            defaults = knob_table.defaults_for(registry.declaration(workload).with_params(params))
             own_knobs = {k: v for k, v in self.knobs.items() if k in defaults}  # suite knobs it understands
             for values in itertools.product(*(self.grid[k] for k in grid_keys)):
                 for zipped in zip_rows:

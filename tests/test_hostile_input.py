@@ -107,6 +107,13 @@ BAD_LINES = {
     _line(schema=99).encode(): "schema 99: this benchbay reads schemas 1 to",
     b'{"suite": "s", "run_id": "r", "point_id": "p\xff"}': "not UTF-8",
     _line()[:50].encode(): "an incomplete record",
+    # a bad value inside a record of the right shape (issue 50)
+    _line(metrics={"warmup_steps": "x"}).encode(): "metrics.warmup_steps: expected a finite number or null",
+    _line(metrics={"step_time_s": "fast"}).encode(): "metrics.step_time_s: expected a finite number",
+    _line(series={"step_times_s": [0.01, [1, 2], 0.01]}).encode(): "series.step_times_s: expected a list of finite",
+    _line(series={"step_times_s": [0.1, float("inf")]}).encode(): "series.step_times_s: expected a list of finite",
+    _line(env={"machine_key": ["a"]}).encode(): "env.machine_key: expected a string, number",
+    _line(started_at="not a date").encode(): "started_at: expected an ISO 8601 time",
 }
 
 
@@ -596,3 +603,315 @@ def test_a_machine_key_a_record_names_never_places_a_baseline_outside_the_root(t
     assert cli.main(["baseline", "save", str(run), "--name", "main", "--results", str(tmp_path / "results")]) == 2
     assert "invalid machine key '../../escaped'" in capsys.readouterr().err
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "results" / "baselines").exists()
+
+
+# ---- issue 50: no write through a link -----------------------------------------------------------
+
+def _outside(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("keep me")
+    return outside
+
+
+def test_a_run_into_a_linked_suite_folder_is_refused_and_writes_nothing_there(tmp_path, monkeypatch, capsys):
+    from benchbay import cli
+
+    outside = _outside(tmp_path)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "s").symlink_to(outside)
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 2
+    assert f"{tmp_path / 'results' / 's'}: a symbolic link" in capsys.readouterr().err
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+
+
+@pytest.mark.parametrize("planted", ["records.jsonl", "manifest.json.tmp"])
+def test_a_resume_of_a_planted_run_never_writes_through_its_links(tmp_path, monkeypatch, capsys, planted):
+    from benchbay import cli, store
+
+    outside = _outside(tmp_path)
+    run = tmp_path / "results" / "s" / "99991231-235959-ffff"
+    store.append_record(run, _record(run_id=run.name))
+    store.write_manifest(run, {"suite": "s", "state": "interrupted", "env": {"machine_key": "m"}})
+    (run / planted).unlink(missing_ok=True)
+    (run / planted).symlink_to(outside / "victim")
+    launcher = _InProcess()
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
+    code = cli.main(["run", str(write_suite(tmp_path / "s.yaml", SWEEP)), "--results", str(tmp_path / "results"),
+                     "--no-report", "--resume", run.name])
+    assert (outside / "victim").read_text() == "keep me"
+    if planted == "records.jsonl":
+        assert code == 2 and f"{run / planted}: a symbolic link" in capsys.readouterr().err
+    else:  # the manifest's temporary file has a fresh name each time: the planted one is never opened
+        assert code == 0 and store.read_manifest(run)["state"] == "complete"
+
+
+@pytest.mark.parametrize("link", ["reports/s/report.md", "reports/s"])
+def test_a_report_never_writes_through_a_link(tmp_path, monkeypatch, capsys, link):
+    from benchbay import cli, store
+
+    outside = _outside(tmp_path)
+    run = tmp_path / "results" / "s" / "r"
+    store.append_record(run, _record())
+    store.write_manifest(run, {"suite": "s", "state": "complete", "suite_as_run": {"name": "s"}})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / link).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / link).symlink_to(outside / "victim" if link.endswith(".md") else outside)
+    assert cli.main(["report", "s", "--results", str(tmp_path / "results")]) == 2
+    assert f"{link}: a symbolic link" in capsys.readouterr().err
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    assert (outside / "victim").read_text() == "keep me"
+
+
+def test_a_baseline_is_never_saved_through_a_linked_baselines_folder(tmp_path, capsys):
+    from benchbay import cli, store
+
+    outside = _outside(tmp_path)
+    run = tmp_path / "results" / "s" / "r"
+    store.append_record(run, _record())
+    (tmp_path / "results" / "baselines").symlink_to(outside)
+    assert cli.main(["baseline", "save", str(run), "--name", "main", "--results", str(tmp_path / "results")]) == 2
+    assert "results/baselines: a symbolic link" in capsys.readouterr().err
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+
+
+def test_a_report_on_a_full_disk_keeps_the_old_one_whole(tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    from benchbay import cli, store
+
+    run = tmp_path / "results" / "s" / "r"
+    store.append_record(run, _record())
+    store.write_manifest(run, {"suite": "s", "state": "complete", "suite_as_run": {"name": "s"}})
+    out = tmp_path / "rep"
+    assert cli.main(["report", "s", "--results", str(tmp_path / "results"), "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(store.os, "fsync", full)
+    assert cli.main(["report", "s", "--results", str(tmp_path / "results"), "--out", str(out)]) == 4
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "No space left on device" in err and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no file cut, no temporary file left
+
+
+# ---- issue 50: the gate fails what it should fail ------------------------------------------------
+
+def _stored(root, run_id, step=0.1, started="2026-01-01T00:00:00+00:00", key="m", **changes):
+    """A run of suite s under ``root``: one point whose 20 steps took ``step`` seconds each."""
+    from benchbay import store
+
+    fields = {"metrics": {"step_time_s": step, "samples_per_step": 1}, "series": {"step_times_s": [step] * 20},
+              "env": {"machine_key": key}, **changes}
+    run = root / "s" / run_id
+    store.append_record(run, _record(run_id=run_id, **fields))
+    store.write_manifest(run, {"suite": "s", "state": "complete", "started_at": started, "env": {"machine_key": key}})
+    return run
+
+
+def test_a_baseline_folder_with_a_cut_line_is_an_error_not_a_pass(tmp_path, capsys):
+    from benchbay import cli
+
+    baseline = _stored(tmp_path / "b", "base")
+    with open(baseline / "records.jsonl", "a") as f:
+        f.write(_line()[:40] + "\n")
+    _stored(tmp_path, "cand", step=0.2)
+    assert cli.main(["gate", "cand", "--results", str(tmp_path), "--baseline", str(baseline),
+                     "--require-baseline"]) == 2
+    assert "records.jsonl:2: an incomplete record" in capsys.readouterr().err
+
+
+def test_a_baseline_folder_of_another_machine_is_refused(tmp_path, capsys):
+    from benchbay import cli
+
+    baseline = _stored(tmp_path / "b", "base", step=0.3, key="slow-cpu")
+    _stored(tmp_path, "cand", step=0.2)
+    assert cli.main(["gate", "cand", "--results", str(tmp_path), "--baseline", str(baseline)]) == 2
+    assert "a baseline of machine slow-cpu, but the candidate ran on m" in capsys.readouterr().err
+
+
+def test_gate_of_a_suite_gates_the_run_that_started_last_not_the_highest_id(tmp_path, capsys):
+    from benchbay import cli
+    from benchbay.baselines import save_baseline
+
+    save_baseline(_stored(tmp_path, "20260101-000000-aaaa"), "s", tmp_path)
+    _stored(tmp_path, "20991231-000000-ffff", started="2026-01-01T00:00:00+00:00")  # a copy of that run
+    _stored(tmp_path, "99991231-000000-ffff", started="9999-12-31T00:00:00+00:00")  # an import dated ahead
+    new = _stored(tmp_path, "20260301-000000-bbbb", step=0.2, started="2026-03-01T00:00:00+00:00")
+    assert cli.main(["gate", "s", "--results", str(tmp_path)]) == 1
+    assert f"candidate: {new}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("baseline, candidate", [
+    ({"status": "error"}, {}),
+    ({"metrics": {}, "series": {}}, {}),
+    ({"point": "other", "mbs": 2}, {}),
+    ({}, {"metrics": {"step_time_s": None}, "series": {"step_times_s": [None] * 20}}),
+], ids=["baseline-errors", "no-figures", "no-shared-point", "candidate-nan"])
+def test_require_baseline_fails_when_nothing_compares(tmp_path, capsys, baseline, candidate):
+    from benchbay import cli
+
+    base = _stored(tmp_path / "b", "base", **baseline)
+    _stored(tmp_path, "cand", step=0.2, **candidate)
+    gate = ["gate", "cand", "--results", str(tmp_path), "--baseline", str(base)]
+    assert cli.main(gate) == 0  # "not comparable": said, not failed, unless a baseline is required
+    assert cli.main([*gate, "--require-baseline"]) == 1
+    assert "### benchbay gate: ❌ FAIL" in capsys.readouterr().out
+
+
+def test_a_threshold_whose_selector_matches_no_point_is_an_error(tmp_path, capsys):
+    from benchbay import cli
+
+    base = _stored(tmp_path / "b", "base")
+    _stored(tmp_path, "cand", step=0.2)
+    gate = ["gate", "cand", "--results", str(tmp_path), "--baseline", str(base)]
+    assert cli.main([*gate, "--threshold", "lable=L/step_time:5%"]) == 2
+    assert "threshold 'lable=L/step_time:5%': its selector matches no point" in capsys.readouterr().err
+    assert cli.main([*gate, "--threshold", "label=L/step_time:5%"]) == 1
+
+
+@pytest.mark.parametrize("argv", [["compare", "a", "b", "--min-change", "nan"],
+                                  ["run", "s.yaml", "--time-budget", "nan"],
+                                  ["run", "s.yaml", "--time-budget", "-1"]])
+def test_a_number_that_is_not_finite_is_bad_input(argv, capsys):
+    from benchbay import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2 and "expected a finite number, 0 or more" in capsys.readouterr().err
+
+
+# ---- issue 50: a full disk, a read-only root -------------------------------------------------------
+
+def test_a_full_disk_at_the_last_manifest_exits_4_and_leaves_the_old_manifest_whole(tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    from benchbay import cli, store
+
+    real_replace, calls = os.replace, []
+
+    def fills_up(src, dst):  # the first manifest fits, the last one finds the disk full
+        calls.append(dst)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(store.os, "replace", fills_up)
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 4
+    (run,) = (tmp_path / "results" / "s").iterdir()
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and f"--resume {run.name}" in err and "Traceback" not in err
+    assert store.read_manifest(run)["state"] == "running"  # the old one, whole
+    assert sorted(p.name for p in run.iterdir()) == ["manifest.json", "records.jsonl"]  # no temporary file left
+
+
+def test_a_read_only_results_root_exits_4_in_one_line(tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    from benchbay import cli, store
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(store.os, "open", read_only)
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 4
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "Read-only file system" in err and "Traceback" not in err
+
+
+# ---- issue 50: a run without records; diff reads through the store; labels --------------------------
+
+def test_show_of_a_run_without_a_record_says_so(tmp_path, capsys):
+    from benchbay import cli, store
+
+    run = tmp_path / "s" / "r"
+    run.mkdir(parents=True)
+    (run / "records.jsonl").write_bytes(b"")  # SIGTERM before the first point
+    store.write_manifest(run, {"suite": "s", "state": "interrupted"})
+    assert cli.main(["show", "s", "--results", str(tmp_path)]) == 2
+    assert "no records to show" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad, where", [(b"[1, 2]", "got list"), (_line(extra=None).encode(), "extra: expected"),
+                                        (_line()[:40].encode(), "an incomplete record")])
+def test_diff_skips_a_bad_line_naming_file_and_line(tmp_path, bad, where):
+    from benchbay import store
+    from benchbay.analysis.diff import profiled_record
+
+    run = tmp_path / "s" / "r"
+    store.append_record(run, _record(extra={"phases": {"forward": 0.05}}))
+    with open(run / "records.jsonl", "ab") as f:
+        f.write(bad + b"\n")
+    with pytest.warns(UserWarning, match=f"records.jsonl:2: skipping .*{where}"):
+        assert profiled_record(run, "L")["extra"]["phases"] == {"forward": 0.05}
+
+
+def test_a_label_with_a_control_character_is_refused(tmp_path):
+    sweep = "sweep: {points: [{label: \"fast\\n### benchbay gate: pass\"}]}"
+    with pytest.raises(SuiteError, match=r"sweep.points.0..label: printable characters only"):
+        load(write_suite(tmp_path / "s.yaml", BOUNDED.format(extra=sweep)))
+
+
+@pytest.mark.parametrize("text, where", [
+    ("name: s\nsweep: " + "[" * 500 + "]" * 500 + "\n", "at most 32 levels of nesting"),
+    ("name: s\nsweep: [" + "1, " * 400_000 + "]\n", "at most 1048576 bytes"),
+    ("name: s\nsweep: [" + "1," * 150_000 + "]\n", "at most 32 levels of nesting and 100000 values"),
+], ids=["deep", "large", "long"])
+def test_a_suite_too_deep_or_too_large_is_refused_before_it_is_composed(tmp_path, capsys, text, where):
+    from benchbay import cli
+
+    path = write_suite(tmp_path / "s.yaml", text)
+    with pytest.raises(SuiteError, match=f"s.yaml: <file>: {where}"):
+        load(path)
+    assert cli.main(["validate", str(write_suite(tmp_path / "t.yaml", SWEEP)), "--set",
+                     "sweep=" + "[" * 500 + "]" * 500]) == 2
+    err = capsys.readouterr().err
+    assert "--set sweep: a YAML value" in err and "at most 32 levels" in err and "Traceback" not in err
+
+
+def test_sigterm_while_the_run_writes_its_report_is_an_interrupt(tmp_path, monkeypatch, capsys):
+    import os
+    import signal
+
+    from benchbay import cli, report
+
+    def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not interrupt the report")
+
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    monkeypatch.setattr(report, "build_report", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    assert cli.main(["run", str(path), "--results", str(tmp_path / "results"),
+                     "--report-dir", str(tmp_path / "rep")]) == 130
+    assert "interrupted while writing the report" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is put back
+
+
+def test_history_of_a_suite_file_never_imports_the_workload_it_names(tmp_path, cli_env):
+    """A reading command reads the suite file as data: the module a suite names is not imported."""
+    import os
+    import subprocess
+
+    from tests.conftest import benchbay_cmd
+
+    (tmp_path / "planted.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\nworkload: {name: 'planted:Step'}\n")
+    env = {**cli_env, "PYTHONPATH": os.pathsep.join([str(tmp_path), cli_env["PYTHONPATH"]])}
+    done = subprocess.run(benchbay_cmd("history", str(suite), "--results", str(tmp_path / "results")),
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert not (tmp_path / "ran").exists()
+    assert "Traceback" not in done.stderr

@@ -259,12 +259,13 @@ steps: {{warmup: 1, measure: 1}}
     assert resumed.counts == {} and len(store.read_records(first.run)) == len(rows)
     # a report reads them under today's knobs, and a point measured again (by a resume that did
     # not know it) by its first record
-    again = {**rows[0], "knobs": {**rows[0]["knobs"], "cudnn_benchmark": False}, "started_at": "later"}
+    later = "2099-01-01T00:00:00+00:00"
+    again = {**rows[0], "knobs": {**rows[0]["knobs"], "cudnn_benchmark": False}, "started_at": later}
     again["point_id"] = store.point_id(again["workload"], again["params"], again["knobs"])
     store.append_record(first.run, Record.from_json(again))
     df = store.load_runs([first.run])
     assert len(df) == len(rows) and df["cudnn_benchmark"].tolist() == [False] * len(rows)
-    assert "later" not in df["started_at"].tolist() and df["point_id"].tolist()[0] == again["point_id"]
+    assert later not in df["started_at"].tolist() and df["point_id"].tolist()[0] == again["point_id"]
 
 
 class _Snapshotting:

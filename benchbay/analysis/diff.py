@@ -12,7 +12,7 @@ top-15 list is not a saving."""
 
 from __future__ import annotations
 
-import json
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from benchbay.document import Block, Heading, Image, Table, Text, html, markdown
+from benchbay.store import read_records, refuse_links, write_atomic
 
 #: what must match for two points to be compared: (description, how it is read from a record)
 COMPARABLE = (
@@ -33,7 +34,7 @@ COMPARABLE = (
 
 def profiled_record(run: Path, label: str | None) -> dict[str, Any]:
     """The ok, profiled record of ``run`` labelled ``label`` (any label when the run has one)."""
-    records = [json.loads(line) for line in (Path(run) / "records.jsonl").read_text().splitlines() if line.strip()]
+    records = read_records(run)  # each line checked: a bad one is skipped, named by file and line
     found = [r for r in records if r.get("status") == "ok" and "phases" in r.get("extra", {})
              and (label is None or r.get("label") == label)]
     labels = sorted({r.get("label") for r in found})
@@ -168,16 +169,15 @@ def _plot(d: Diff, path: Path, top: int = 12) -> Path:
     ax.set_xlabel(f"Δ ms per {d.unit} (B − A)")
     ax.legend(loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    png = io.BytesIO()
+    fig.savefig(png, dpi=110, format="png")
+    return write_atomic(path, png.getvalue())
 
 
 def write_diff(d: Diff, out_dir: Path) -> Path:
     """``diff.md``, ``diff.html`` and ``diff_deltas.png`` in ``out_dir``; returns the Markdown's path."""
-    out_dir = Path(out_dir)
+    out_dir = refuse_links(out_dir, Path(out_dir).parent)
     out_dir.mkdir(parents=True, exist_ok=True)
     plot = _plot(d, out_dir / "diff_deltas.png") if d.rows else None
-    (out_dir / "diff.html").write_text(html(_blocks(d, plot), "benchbay diff"))
-    path = out_dir / "diff.md"
-    path.write_text(format_markdown(d, plot))
-    return path
+    write_atomic(out_dir / "diff.html", html(_blocks(d, plot), "benchbay diff").encode())
+    return write_atomic(out_dir / "diff.md", format_markdown(d, plot).encode())

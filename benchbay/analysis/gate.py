@@ -91,14 +91,17 @@ def gate(
     loss_checks: Sequence[LossEquivalence] = (),
     options: CompareOptions = DEFAULT_OPTIONS,
     fail_on_incomparable: bool = False,
+    require_comparison: bool = False,
     key_columns: Sequence[str] | None = None,
     ignore_knobs: Sequence[str] = (),
 ) -> GateResult:
     """Check every threshold on every point it selects; exit code 1 on any regression.
 
     ``thresholds`` are strings in the threshold grammar or parsed :class:`Threshold` objects
-    (default :data:`DEFAULT_THRESHOLDS`); a malformed string raises ValueError before any work.
-    Each threshold gives the statistic and the smallest change of its checks; ``options`` the rest.
+    (default :data:`DEFAULT_THRESHOLDS`); a malformed string, or a selector that selects no point
+    (a typo would pass every run), raises ValueError. Each threshold gives the statistic and the
+    smallest change of its checks; ``options`` the rest. ``require_comparison``: fail when no check
+    compared anything (a baseline of errors or without figures, no point shared, no finite step).
     """
     texts = DEFAULT_THRESHOLDS if thresholds is None else thresholds
     parsed = [t if isinstance(t, Threshold) else parse_threshold(t) for t in texts]
@@ -117,15 +120,27 @@ def gate(
             passed = not result.regression and not (fail_on_incomparable and incomparable)
             rows.append({"point": name, "label": point.label, "threshold": str(threshold), **point.key,
                          **asdict(result), "caution": caution, "passed": passed})
+    _check_selectors(parsed, rows)
     checks = pd.DataFrame(rows)
+    compared = not checks.empty and (checks["verdict"] != Verdict.NOT_COMPARABLE).any()
     failed = (
         (not checks.empty and not checks["passed"].all())
         or any(not c.passed for c in loss_checks)
         or (fail_on_incomparable and checks.empty)
+        or (require_comparison and not compared)
     )
     result = GateResult(checks=checks, passed=not failed, loss_checks=list(loss_checks))
     result.markdown = format_gate(result, parsed)
     return result
+
+
+def _check_selectors(thresholds: Sequence[Threshold], rows: list[dict[str, Any]]) -> None:
+    """ValueError for a threshold whose selector chose no point: a mistyped key or label gates nothing."""
+    used = {row["threshold"] for row in rows}
+    unused = [str(t) for t in thresholds if t.selector and str(t) not in used]
+    if unused:
+        raise ValueError(f"threshold {', '.join(map(repr, unused))}: its selector matches no point of the baseline or "
+                         "the candidate (a mistyped key or value?)")
 
 
 def _check_rows(checks: pd.DataFrame) -> list[tuple]:

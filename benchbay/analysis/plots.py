@@ -7,6 +7,7 @@ writes one PNG to ``path`` and returns it, or returns None when there is nothing
 from __future__ import annotations
 
 import inspect
+import io
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import is_missing
 from benchbay.analysis.tables import configurations, device_word, reference_band, reference_runs, repeat_of
 from benchbay.record import Status
+from benchbay.store import write_atomic
 
 DPI = 110
 FAILED_STYLE = {Status.OOM: ("x", "tab:red"), "other": ("^", "black")}
@@ -47,11 +49,12 @@ LATENCY_MEDIAN, LATENCY_P90 = "extra.view_latency_ms_median", "extra.view_latenc
 
 def save(fig: Figure, path: Path) -> Path:
     """Lay out (unless the figure lays itself out) and write one PNG: every figure of a report is
-    written here."""
+    written here, whole or not at all and never through a link (``store.write_atomic``)."""
     if fig.get_layout_engine() is None:  # a constrained figure lays itself out
         fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    return path
+    png = io.BytesIO()
+    fig.savefig(png, dpi=DPI, format="png")
+    return write_atomic(path, png.getvalue())
 
 
 def _has_list(value) -> bool:

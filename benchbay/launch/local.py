@@ -9,7 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchbay.collect.health import HealthCheck
+from benchbay.collect import nvml
+from benchbay.collect.health import HealthCheck, gpu_handles
 from benchbay.launch import process
 from benchbay.launch.base import DeviceType, Launch, Outcome, PointSpec
 
@@ -31,6 +32,19 @@ class LocalLauncher:
         if device == "cuda" and self.launch.nproc > max(gpus, 1):  # one rank per GPU
             raise ValueError(f"devices.nproc: at most the {gpus} GPU(s) of this machine, got {self.launch.nproc}")
         return device
+
+    def memory_gb(self, device: DeviceType) -> float | None:
+        """The smallest total memory of the GPUs a point runs on, in GB (10^9 bytes), as NVML reads it
+        (asking CUDA would create a context in the runner); None on the CPU or without NVML."""
+        if device != "cuda" or (lib := nvml.library()) is None:
+            return None
+        totals = []
+        for handle in gpu_handles(lib, self.launch.nproc):
+            try:
+                totals.append(lib.nvmlDeviceGetMemoryInfo(handle).total / 1e9)
+            except Exception:  # not readable on this GPU
+                pass
+        return min(totals) if totals else None
 
     @contextmanager
     def scratch(self, run: Path) -> Iterator[Path]:

@@ -137,7 +137,8 @@ class Measured:
 def run(spec: PointSpec) -> WorkerResult:
     rank, world, local_rank = _init_distributed(spec.device)
     device = torch.device(spec.device, local_rank) if spec.device == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
+    own_clock = getattr(registry.declaration(spec.workload), "own_clock", False)
+    if device.type == "cuda" and not own_clock:  # a command's processes hold the device, not this one
         torch.cuda.set_device(device)
     knobs = spec.knobs
     torch.manual_seed(knobs.get("seed", 0))
@@ -185,7 +186,8 @@ def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler:
     ahead = workload.batches_ahead()  # made while the first steps ran: warm up over them (Workload.batches_ahead)
     measured.warmup = spec.steps.warmup + ahead
     total = measured.warmup + spec.steps.measure
-    timer = StepTimer(device)
+    own_clock = workload.own_clock  # a command's probe times its steps, on the device in its own process
+    timer = StepTimer(torch.device("cpu") if own_clock else device)
     extra_steps = PROFILED_STEPS + 1 if spec.profile else 0
     measure_started = 0.0
     i = 0
@@ -198,7 +200,8 @@ def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler:
                 measured.warmup, total, measured.drain_steps = i + 1, total + 1, measured.drain_steps + 1
             if i == measured.warmup:  # figures of the measured steps only
                 phase(f"measuring steps {i}..{total - 1}")
-                memory.reset(device)
+                if not own_clock:
+                    memory.reset(device)
                 workload.start_measuring()
                 sampler.start()
                 measured.energy.start()
@@ -276,8 +279,10 @@ def _slower_than(spec: PointSpec, warmup: int, i: int, total: int, timer: StepTi
 def _figures(workload: Workload, spec: PointSpec, device: torch.device, measured: Measured,
              sampler: SystemSampler, profiler: Any, snapshot: MemorySnapshot) -> dict[str, Any]:
     """The result's metrics, series and extra figures from the measured steps."""
-    times = measured.times
-    loss_values = [float(x) for x in torch.stack(measured.losses).float().cpu()] if measured.losses else []
+    own = workload.own_figures(len(measured.times))  # a command's: the probe's steps stand for the host's waits
+    times = own.get("times") or measured.times
+    loss_values = own.get("losses") or ([float(x) for x in torch.stack(measured.losses).float().cpu()]
+                                        if measured.losses else [])
     grad_values = [float(x) for x in torch.stack(measured.grad_norms).float().cpu()] if measured.grad_norms else []
     first, end = _steady_window(times, spec.steps.steady, measured.warmup)
     flops = workload.flops_per_sample()
@@ -285,7 +290,8 @@ def _figures(workload: Workload, spec: PointSpec, device: torch.device, measured
                "warmup_steps": first,
                "samples_per_step": workload.samples_per_step(), "flops_per_sample": flops.get("train"),
                "frozen_flops_per_sample": flops.get("frozen"),
-               "measured_steps": end - first, **memory.peak(device), **sampler.summary(),
+               "measured_steps": end - first, **({} if workload.own_clock else memory.peak(device)),
+               **own.get("metrics", {}), **sampler.summary(),
                **measured.energy.metrics(workload.samples_per_step() * (len(times) - measured.warmup))}
     metrics.update(_data_wait(measured.data_s[first:end], times[first:end]))
     harness = workload.harness_figures()  # over every measured step (the fidelity's window)

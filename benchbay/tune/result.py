@@ -61,7 +61,7 @@ def emit_suite(run: Path, path: str | Path) -> Path:
     if result is None or not result.get("best") or not isinstance(raw, dict):
         raise ValueError(f"{run}: no tune winner to emit (no tune.json with a best trial, or no suite in the manifest)")
     best = result["best"]
-    name = f"{raw.get('name', 'suite')}-tuned"
+    name = f"{str(raw.get('name', 'suite')).removesuffix('-tune')}-tuned"  # wallx-tune -> wallx-tuned
     metric, value = (result.get("objective") or {}).get("metric"), best.get("objective")
     peak = (best.get("metrics") or {}).get("peak_mem_reserved_gib")
     figures = ", ".join(filter(None, [

@@ -77,6 +77,15 @@ class Workload:
     param_values: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: the generic knobs (benchbay.knobs.GENERIC) a point of it may set
     generic_knobs: ClassVar[tuple[str, ...]] = ("mbs", "seed")
+    #: params whose value is a mapping of its own (not one value per device type)
+    mapping_params: ClassVar[tuple[str, ...]] = ()
+    #: its steps are timed in processes of its own (a command's probe): the worker keeps off the device
+    own_clock: ClassVar[bool] = False
+
+    @classmethod
+    def with_params(cls, params: dict[str, Any]) -> type[Workload]:
+        """The declaration of a workload given these params: itself, unless its params declare knobs."""
+        return cls
 
     def __init__(self, params: dict[str, Any], knobs: dict[str, Any], device: torch.device):
         unknown = set(params) - set(self.params)
@@ -107,6 +116,11 @@ class Workload:
 
     def extra_metrics(self) -> dict[str, Any]:
         """Workload-specific figures to store in the record after the measured steps."""
+        return {}
+
+    def own_figures(self, steps: int) -> dict[str, Any]:
+        """Figures of the first ``steps`` steps that the workload measured itself (``own_clock``):
+        {"times": [...], "losses": [...], "metrics": {...}}, each standing in for the harness's."""
         return {}
 
     def batches_ahead(self) -> int:

@@ -12,6 +12,7 @@ BUILTIN = {
     "dreamzero": "benchbay.workloads.dreamzero.workload:DreamZero",
     "wallx": "benchbay.workloads.wallx.workload:WallX",
     "decode": "benchbay.workloads.decode:Decode",
+    "command": "benchbay.workloads.command:Command",
 }
 #: built-in workloads whose declaration (what a suite may set) is a class of its own, without the
 #: model code and torch: suites are validated, listed and their results read from it
@@ -19,6 +20,7 @@ DECLARED = {
     "dreamzero": "benchbay.workloads.dreamzero.declared:DreamZeroDeclaration",
     "wallx": "benchbay.workloads.wallx.declared:WallXDeclaration",
     "decode": "benchbay.workloads.decode_declared:DecodeDeclaration",
+    "command": "benchbay.workloads.command:Command",  # reads without torch: its own declaration
 }
 
 ENTRY_POINT_GROUP = "benchbay.workloads"

@@ -1,0 +1,292 @@
+"""The ``command`` workload: a user's own training script, run as it is, each point a process of its
+own. Its flags and environment switches take the point's knobs through ``{name}`` placeholders; its
+own knobs are declared with their values (the first the default) and sweep like any knob. Its steps
+are timed from inside by the probe (``benchbay/workloads/probe/sitecustomize.py``, first on the
+command's PYTHONPATH): each optimizer step's end, on the device's clock. Where the probe sees no
+optimizer step, ``step_regex`` (a line per step) or ``throughput_regex`` (samples/s) over the
+output stand in. Once the warm-up and measured steps are in, the command is stopped (SIGINT, then
+SIGTERM, then SIGKILL to its process group). Read without torch: it is also its own declaration."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from benchbay.knobs import Choice
+from benchbay.workloads.base import StepOutput, Workload
+
+PROBE_DIR = Path(__file__).resolve().parent / "probe"
+#: a placeholder is a plain name: ``str.format``'s attribute and index access would run on a suite's text
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: what a command's output says when it ran out of memory (torch's and CUDA's words)
+OOM_WORDS = ("out of memory", "outofmemoryerror", "cublas_status_alloc_failed")
+#: seconds between a stop's signals: SIGINT (a script's own clean exit), SIGTERM, then SIGKILL
+STOP_GRACE_S = (10.0, 5.0)
+POLL_S = 0.005
+LOSS_GRACE_S = 5.0
+#: placeholders beside the knobs: the point's device type, and the Python running benchbay
+SPECIAL = ("device", "python")
+TAIL_CHARS = 2000
+
+
+class CommandFailed(RuntimeError):
+    """The command ended before its steps were in; the message holds the tail of its output."""
+
+
+class Command(Workload):
+    name = "command"
+    params: ClassVar[dict[str, Any]] = {
+        "argv": None,  # the command: a list of strings, placeholders allowed
+        "env": {},  # environment switches: name -> string, placeholders allowed
+        "knobs": {},  # the command's own knobs: name -> values, the first the default
+        "loss_regex": None,  # a regular expression whose first group is a step's loss
+        "step_regex": None,  # a line per step, where the probe sees no optimizer step
+        "throughput_regex": None,  # samples/s, where neither sees steps
+        "samples_per_step": None,  # samples one step trains ("{mbs}" by default, times the ranks)
+        "cwd": None,  # where it runs (relative to the working directory)
+    }
+    mapping_params: ClassVar[tuple[str, ...]] = ("env", "knobs")
+    own_clock: ClassVar[bool] = True
+
+    @classmethod
+    def with_params(cls, params: dict[str, Any]) -> type[Command]:
+        """The declaration of one suite's command: its declared knobs as choices."""
+        declared = params.get("knobs") if isinstance(params.get("knobs"), dict) else {}
+        knobs = {k: Choice(tuple(v), "the command's own knob") for k, v in declared.items()
+                 if isinstance(v, list) and v}
+        return type(cls.__name__, (cls,), {"knobs": knobs}) if knobs else cls
+
+    def __init__(self, params, knobs, device):
+        super().__init__(params, knobs, device)
+        self.knob_values = {**{k: v[0] for k, v in (self.params["knobs"] or {}).items()}, **self.knob_values}
+        self.proc: subprocess.Popen | None = None
+        self.scratch: tempfile.TemporaryDirectory | None = None
+        self._read: dict[Path, tuple[int, list[str]]] = {}  # per file: bytes read, its lines
+        self.started = 0.0
+        self.out: Path | None = None
+        self.log: Path | None = None
+
+    # ---- what the command is -------------------------------------------------------------------
+    def values(self) -> dict[str, str]:
+        """What a placeholder may name: every knob of the point, the device and benchbay's own Python."""
+        return {**{k: str(v) for k, v in self.knob_values.items()}, "device": self.device.type,
+                "python": sys.executable}
+
+    def fill(self, text: str) -> str:
+        values = self.values()
+        return PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+
+    def samples_per_step(self) -> int:
+        given = self.params["samples_per_step"]
+        if given is None:
+            return self.mbs * int(os.environ.get("WORLD_SIZE", "1"))
+        return int(self.fill(str(given)))
+
+    # ---- running it ----------------------------------------------------------------------------
+    def process_settings(self) -> contextlib.AbstractContextManager:
+        return self._stopped_after()
+
+    @contextlib.contextmanager
+    def _stopped_after(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            self.stop()
+            if self.scratch is not None:
+                self.scratch.cleanup()
+
+    def prepare(self):
+        self.scratch = tempfile.TemporaryDirectory(prefix="benchbay-command-")  # removed once it is stopped
+        self.out, self.log = Path(self.scratch.name) / "probe", Path(self.scratch.name) / "command.log"
+        env = {**os.environ, **{k: self.fill(str(v)) for k, v in (self.params["env"] or {}).items()},
+               "BENCHBAY_PROBE_OUT": str(self.out),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE_DIR), os.environ.get("PYTHONPATH")]))}
+        argv = [self.fill(a) for a in self.params["argv"]]
+        cwd = self.params["cwd"]
+        self.started = time.time()
+        with open(self.log, "wb") as log:
+            try:
+                self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:  # not found, not executable: the point's error says which
+                raise CommandFailed(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+
+        def step(index: int) -> StepOutput:
+            self._wait_for(index + 1)
+            return StepOutput()
+
+        return step
+
+    def _wait_for(self, steps: int) -> None:
+        while len(self.steps_seen()) < steps:
+            if self.proc.poll() is not None:
+                if len(self.steps_seen()) >= steps:  # written as it exited
+                    return
+                raise self._ended(steps)
+            time.sleep(POLL_S)
+
+    def _ended(self, steps: int) -> BaseException:
+        """Why the command ended before ``steps`` steps: out of memory, or an error with its output."""
+        tail = self.output()[-TAIL_CHARS:]
+        if any(word in tail.lower() for word in OOM_WORDS):
+            import torch
+
+            return torch.OutOfMemoryError(f"the command ran out of memory: {_last_line(tail)}")
+        seen = len(self.steps_seen())
+        how = f"exit code {self.proc.returncode}" if self.proc.returncode >= 0 else \
+            f"signal {signal.Signals(-self.proc.returncode).name}"
+        if self.proc.returncode == 0:
+            return CommandFailed(f"the command ended ({how}) after {seen} steps, before the {steps} the suite's "
+                                 f"warm-up and measured steps need{self._no_steps_hint(seen)}\n{tail}")
+        return CommandFailed(f"the command failed ({how}) after {seen} steps: {_last_line(tail)}\n{tail}")
+
+    def _no_steps_hint(self, seen: int) -> str:
+        if seen or self.params["step_regex"] or self.params["throughput_regex"]:
+            return ""
+        return ("; the probe saw no optimizer step (torch.optim) and no step_regex or throughput_regex is given "
+                "to find steps in its output")
+
+    def steps_seen(self) -> list[dict[str, Any]]:
+        """The steps so far: the probe's lines of rank 0, or else the output's lines matching step_regex."""
+        probed = self._probed()
+        if probed or not self.params["step_regex"]:
+            return probed
+        rx = re.compile(self.params["step_regex"])
+        return [{"step": i} for i, _ in enumerate(line for line in self._lines(self.log) if rx.search(line))]
+
+    def _probed(self) -> list[dict[str, Any]]:
+        """The probe's steps of rank 0 (its file is there, empty, once the script imported torch.optim)."""
+        return [json.loads(line) for line in self._lines(Path(f"{self.out}.0")) if line.endswith("}")] \
+            if self.out is not None else []
+
+    def _lines(self, path: Path | None) -> list[str]:
+        """A growing file's whole lines so far, reading only what was added since the last call."""
+        if path is None or not path.exists():
+            return []
+        offset, lines = self._read.get(path, (0, []))
+        with open(path, "rb") as f:
+            f.seek(offset)
+            added = f.read()
+        whole = added[: added.rfind(b"\n") + 1]
+        lines = lines + whole.decode(errors="replace").splitlines()
+        self._read[path] = (offset + len(whole), lines)
+        return lines
+
+    def output(self) -> str:
+        return "\n".join(self._lines(self.log))
+
+    def stop(self) -> None:
+        """SIGINT, then SIGTERM, then SIGKILL to the command's process group, each after a grace."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for sig, grace in ((signal.SIGINT, STOP_GRACE_S[0]), (signal.SIGTERM, STOP_GRACE_S[1]), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace)
+                return
+
+    # ---- its figures ---------------------------------------------------------------------------
+    def own_figures(self, steps: int) -> dict[str, Any]:
+        """The first ``steps`` step times (the first from the command's start to its first step's
+        end), losses and peak memory, as the probe or the output says them."""
+        seen = self.steps_seen()[:steps]
+        times = [s["dt"] for s in seen[1:] if isinstance(s.get("dt"), (int, float))]
+        first = seen[0].get("t", self.started) - self.started if seen else None
+        figures: dict[str, Any] = {"times": [first, *times] if first is not None and len(times) == len(seen) - 1
+                                   else []}
+        if seen and "peak_allocated" in seen[-1]:
+            figures["metrics"] = {"peak_mem_allocated_gib": seen[-1]["peak_allocated"] / 2**30,
+                                  "peak_mem_reserved_gib": seen[-1]["peak_reserved"] / 2**30}
+        if self.params["loss_regex"]:
+            figures["losses"] = self._losses(steps)
+        output = self.output()
+        if self.params["throughput_regex"]:
+            rates = [float(m.group(1)) for m in re.finditer(self.params["throughput_regex"], output)]
+            if rates:
+                figures["metrics"] = {**figures.get("metrics", {}), "command_samples_per_s": rates[-1]}
+        return figures
+
+    def _losses(self, steps: int) -> list[float]:
+        """The first ``steps`` losses of the output: a script prints a step's loss after its optimizer
+        step, so the last may come a moment after the probe saw the step (waited for, briefly)."""
+        deadline = time.monotonic() + LOSS_GRACE_S
+        while True:
+            losses = [float(m.group(1)) for m in re.finditer(self.params["loss_regex"], self.output())][:steps]
+            if len(losses) >= steps or self.proc.poll() is not None or time.monotonic() > deadline:
+                return losses
+            time.sleep(POLL_S)
+
+    def extra_metrics(self) -> dict[str, Any]:
+        return {"command": [self.fill(a) for a in self.params["argv"]],
+                "probe": "optimizer-step hook" if self._probed() else "output"}
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def _findable(program: str, cwd: Any) -> bool:
+    folder = Path(cwd) if isinstance(cwd, str) else Path()
+    return shutil.which(program) is not None or (os.sep in program and (folder / program).is_file())
+
+
+def check(params: dict[str, Any], error) -> None:
+    """A command's params: ``error(key, expected)`` for each problem (the suite's Validator)."""
+    argv = params.get("argv")
+    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+        error("workload.params.argv", f"a non-empty list of strings, got {argv!r}")
+        argv = []
+    elif "{" not in argv[0] and not _findable(argv[0], params.get("cwd")):
+        error("workload.params.argv[0]", f"a command on PATH or a file, got {argv[0]!r}: not found")
+    env = params.get("env", {})
+    if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, (str, int, float)) and
+                                          not isinstance(v, bool) for k, v in env.items())):
+        error("workload.params.env", "a mapping of variable names to strings")
+        env = {}
+    knobs = params.get("knobs", {})
+    from benchbay.knobs import GENERIC
+
+    if not isinstance(knobs, dict):
+        error("workload.params.knobs", "a mapping of knob names to lists of values (the first the default)")
+        knobs = {}
+    for name, values in knobs.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)) or name in GENERIC or name in SPECIAL:
+            error(f"workload.params.knobs.{name}", "a name of letters, digits and _ that is not a generic knob")
+        elif not (isinstance(values, list) and values and all(isinstance(v, (str, int, float, bool)) for v in values)):
+            error(f"workload.params.knobs.{name}", f"a non-empty list of values, got {values!r}")
+    known = {*GENERIC, *knobs, *SPECIAL}
+    for where, text in [*((f"argv[{i}]", a) for i, a in enumerate(argv)),
+                        *((f"env.{k}", str(v)) for k, v in env.items()),
+                        *([("samples_per_step", str(params["samples_per_step"]))]
+                          if params.get("samples_per_step") is not None else [])]:
+        for name in re.findall(r"\{([^{}]*)\}", text):
+            if name not in known or not PLACEHOLDER.fullmatch("{" + name + "}"):
+                error(f"workload.params.{where}", f"placeholders naming a knob ({sorted(known)}), got {{{name}}}")
+    for key in ("loss_regex", "step_regex", "throughput_regex"):
+        rx = params.get(key)
+        if rx is None:
+            continue
+        try:
+            groups = re.compile(rx).groups
+        except (re.error, TypeError) as exc:
+            error(f"workload.params.{key}", f"a regular expression ({exc})")
+            continue
+        if key != "step_regex" and groups < 1:
+            error(f"workload.params.{key}", "a regular expression with a group around the number")
+    cwd = params.get("cwd")
+    if cwd is not None and not (isinstance(cwd, str) and Path(cwd).is_dir()):
+        error("workload.params.cwd", f"an existing folder, got {cwd!r}")
+

@@ -1,0 +1,113 @@
+"""benchbay's step probe: put first on a command's PYTHONPATH (benchbay.workloads.command), Python
+imports it at start-up in every process of the command (torchrun's ranks and DataLoader workers
+included). Where ``BENCHBAY_PROBE_OUT`` is set, it waits for ``torch.optim.optimizer`` to be
+imported by the script (so a process that never trains never imports torch for it), then registers
+torch's global optimizer-step post hook and appends one JSON line per step to
+``$BENCHBAY_PROBE_OUT.<rank>``: the step's duration from the previous step's end (CUDA events on a
+GPU, read once completed, so the probe never synchronises; the host clock on a CPU), and peak
+allocated and reserved device memory so far. Standalone on purpose: the command's Python need not
+have benchbay installed. A sitecustomize of the command's own later on the path still runs."""
+
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+import time
+
+OUT = os.environ.get("BENCHBAY_PROBE_OUT")
+HOOKED = "torch.optim.optimizer"
+
+
+class _Probe:
+    def __init__(self, torch):
+        self.torch = torch
+        self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        rank = os.environ.get("RANK", "0")
+        self.file = open(f"{OUT}.{rank}", "a", buffering=1)  # noqa: SIM115 - open for the process's life
+        self.optimizer = None  # the first optimizer that steps: its steps are the training's
+        self.marks = []  # per step: a CUDA event, or the host clock
+        self.written = 0
+
+    def hook(self, optimizer, args, kwargs):
+        if self.optimizer is None:
+            self.optimizer = id(optimizer)
+        if id(optimizer) != self.optimizer:
+            return
+        torch = self.torch
+        self.cuda = self.cuda or torch.cuda.is_initialized()
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+        self.flush(wait=False)
+
+    def flush(self, wait):
+        """Write every step whose end and the previous one's are known (all of them when ``wait``)."""
+        torch = self.torch
+        while self.written < len(self.marks):
+            i = self.written
+            mark = self.marks[i]
+            if self.cuda:
+                if wait:
+                    mark.synchronize()
+                elif not mark.query():
+                    return
+                dt = self.marks[i - 1].elapsed_time(mark) / 1e3 if i else None
+                mem = {"peak_allocated": torch.cuda.max_memory_allocated(),
+                       "peak_reserved": torch.cuda.max_memory_reserved()}
+            else:
+                dt, mem = (mark - self.marks[i - 1] if i else None), {}
+            self.file.write(json.dumps({"step": i, "dt": dt, "t": time.time(), **mem}) + "\n")
+            self.written += 1
+
+
+def _install(module):
+    import atexit
+
+    import torch
+
+    probe = _Probe(torch)
+    module.register_optimizer_step_post_hook(probe.hook)
+    atexit.register(probe.flush, True)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``_install`` once ``torch.optim.optimizer`` has been executed."""
+
+    def find_spec(self, name, path, target=None):
+        if name != HOOKED:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            _install(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _chain():
+    """The next sitecustomize on the path (the command's own), run as Python would have."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in sys.path:
+        candidate = os.path.join(folder or os.getcwd(), "sitecustomize.py")
+        if os.path.abspath(folder or os.getcwd()) != here and os.path.isfile(candidate):
+            spec = importlib.util.spec_from_file_location("_sitecustomize_chained", candidate)
+            spec.loader.exec_module(importlib.util.module_from_spec(spec))
+            return
+
+
+if OUT:
+    if HOOKED in sys.modules:
+        _install(sys.modules[HOOKED])
+    else:
+        sys.meta_path.insert(0, _AfterImport())
+_chain()

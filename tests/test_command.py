@@ -1,0 +1,170 @@
+"""The ``command`` workload: a user's own script run as it is, its flag and environment switch swept,
+its steps timed from inside by the probe; an OOM, a hang, a failure and a missing command each end
+as they should; a tune searches its knobs."""
+
+import json
+import textwrap
+
+import psutil
+import pytest
+
+from benchbay import store
+from benchbay.record import Status
+from benchbay.runner import SuiteRunner
+from benchbay.suite import SuiteError, load
+from tests.conftest import write_suite
+
+SCRIPT = textwrap.dedent("""\
+    import argparse, json, os, sys, time
+    import torch
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--steps", type=int, default=10_000)
+    p.add_argument("--fail", default="none")
+    args = p.parse_args()
+    if args.fail == "oom":
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (script)")
+    if args.fail == "exit":
+        print("bad flag --nope", file=sys.stderr)
+        sys.exit(3)
+    if args.fail == "hang":
+        time.sleep(3600)
+    slow = os.environ.get("STEP_SWITCH", "0") == "1"
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    last = None
+    for i in range(args.steps):
+        x = torch.randn(args.batch_size, 16)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        time.sleep(0.03 if slow else 0.01)
+        if args.fail != "no_optimizer":
+            opt.step()
+        now = time.perf_counter()  # the script's own clock, between its steps' ends
+        own = None if last is None else now - last
+        last = now
+        print(json.dumps({"step": i, "own_s": own}), flush=True)
+        print(f"step {i} loss {loss.item():.5f}", flush=True)
+""")
+
+
+def command_suite(tmp_path, fail="none", extra="", steps="{warmup: 2, measure: 6}", sweep="", timeout=120):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    return write_suite(tmp_path / "suite.yaml", f"""\
+name: cmd
+workload:
+  name: command
+  params:
+    argv: ["{{python}}", train.py, --batch-size, "{{mbs}}", --fail, "{fail}"]
+    env: {{STEP_SWITCH: "{{switch}}"}}
+    knobs: {{switch: ["0", "1"]}}
+    loss_regex: 'loss ([0-9.]+)'
+    cwd: {tmp_path}
+{extra}steps: {steps}
+timeout: {timeout}
+{sweep}""")
+
+
+def run_suite(path, tmp_path, launcher=None):
+    runner = SuiteRunner(load(path), tmp_path / "results", launcher=launcher)
+    runner.run_all()
+    return store.typed_records(runner.run)
+
+
+def test_a_script_runs_as_it_is_its_switches_swept_and_its_steps_timed_by_the_probe(tmp_path, in_repo):
+    path = command_suite(tmp_path, sweep='sweep: {grid: {mbs: [2, 4], switch: ["0", "1"]}}\n')
+    records = run_suite(path, tmp_path)
+    assert [r.status for r in records] == [Status.OK] * 4
+    for r in records:
+        assert r.extra["probe"] == "optimizer-step hook"
+        assert r.metrics["samples_per_step"] == r.knobs["mbs"]
+        assert len(r.series["step_times_s"]) == 8 and len(r.series["losses"]) == 8
+        assert r.extra["command"][3] == str(r.knobs["mbs"])  # the flag took the point's batch
+    by_switch = {s: [r.metrics["step_time_s"] for r in records if r.knobs["switch"] == s] for s in ("0", "1")}
+    assert min(by_switch["1"]) > max(by_switch["0"])  # the environment switch reached the script (30 ms vs 10)
+
+
+def test_the_probes_step_times_agree_with_the_scripts_own_clock(tmp_path, in_repo):
+    import torch
+
+    from benchbay.workloads.command import Command
+
+    (tmp_path / "train.py").write_text(SCRIPT)
+    params = {"argv": ["{python}", str(tmp_path / "train.py"), "--steps", "12"], "knobs": {"switch": ["1"]},
+              "env": {"STEP_SWITCH": "{switch}"}}
+    workload = Command(params, {"mbs": 2}, torch.device("cpu"))
+    with workload.process_settings():
+        step = workload.prepare()
+        for i in range(10):
+            step(i)
+        probe = workload.own_figures(10)["times"][1:]
+        own = [json.loads(line)["own_s"] for line in workload.output().splitlines() if line.startswith("{")][1:10]
+    # the same steps by two clocks: the hook fires right after opt.step(), the script reads its clock just after
+    assert len(probe) == len(own) == 9
+    assert all(abs(p - o) < 0.005 for p, o in zip(probe, own, strict=True))
+
+
+@pytest.mark.parametrize(("fail", "status", "words"), [
+    ("oom", Status.OOM, "ran out of memory"),
+    ("exit", Status.ERROR, "exit code 3"),
+    ("no_optimizer", Status.ERROR, "the probe saw no optimizer step"),
+])
+def test_a_command_that_fails_ends_in_its_status_with_what_it_said(tmp_path, in_repo, fail, status, words):
+    steps = "{warmup: 1, measure: 2}"
+    path = command_suite(tmp_path, fail, steps=steps)
+    if fail == "no_optimizer":  # a script that never steps an optimizer ends, and says why it has no steps
+        text = path.read_text().replace('"{python}", train.py,', '"{python}", train.py, --steps, "2",')
+        path.write_text(text)
+    (record,) = run_suite(path, tmp_path)
+    assert record.status == status
+    assert words in record.reason
+    if fail == "exit":
+        assert "bad flag --nope" in record.reason
+
+
+def test_step_regex_stands_in_where_the_probe_sees_no_optimizer_step(tmp_path, in_repo):
+    path = command_suite(tmp_path, "no_optimizer", extra="", steps="{warmup: 1, measure: 3}")
+    text = path.read_text().replace("    cwd:", "    step_regex: 'step \\d+ loss'\n    cwd:")
+    path.write_text(text)
+    (record,) = run_suite(path, tmp_path)
+    assert record.status == Status.OK, record.reason
+    assert record.extra["probe"] == "output" and len(record.series["step_times_s"]) == 4
+
+
+def test_a_hung_command_times_out_with_nothing_left_running(tmp_path, in_repo):
+    path = command_suite(tmp_path, "hang", steps="{warmup: 1, measure: 2}", timeout=8)
+    (record,) = run_suite(path, tmp_path)
+    assert record.status == Status.TIMEOUT
+    left = [p for p in psutil.process_iter(["cmdline"]) if "train.py" in " ".join(p.info["cmdline"] or [])
+            and str(tmp_path) in " ".join(p.info["cmdline"] or []) + (p.cwd() if p.is_running() else "")]
+    assert left == []
+
+
+def test_a_command_that_is_not_found_is_one_error_before_any_point_runs(tmp_path):
+    text = command_suite(tmp_path).read_text().replace('"{python}"', "no-such-program-here")
+    with pytest.raises(SuiteError, match=r"argv\[0\]: a command on PATH or a file, got 'no-such-program-here'"):
+        load(write_suite(tmp_path / "missing.yaml", text))
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (('"{mbs}"', '"{mbs.__class__}"'), r"argv\[3\]: placeholders naming a knob"),
+    (('"{mbs}"', '"{nope}"'), r"argv\[3\]: placeholders naming a knob"),
+    (("knobs: {switch:", "knobs: {mbs:"), r"params.knobs.mbs: a name .* not a generic knob"),
+    (("loss_regex: 'loss ([0-9.]+)'", "loss_regex: 'loss'"), "loss_regex: a regular expression with a group"),
+])
+def test_a_bad_command_is_an_error_naming_its_key(tmp_path, change, expected):
+    text = command_suite(tmp_path).read_text().replace(*change)
+    with pytest.raises(SuiteError, match=expected):
+        load(write_suite(tmp_path / "bad.yaml", text))
+
+
+def test_a_tune_searches_the_commands_own_knobs(tmp_path, in_repo):
+    from benchbay.tune.study import Tuner
+
+    path = command_suite(tmp_path, steps="{warmup: 1, measure: 3}")
+    path.write_text(path.read_text() + "tune:\n  space: {switch: ['0', '1'], mbs: [2]}\n  trials: 2\n"
+                    "  confirm: false\n")
+    result = Tuner(load(path), tmp_path / "results").run_study().result
+    assert result["best"]["knobs"] == {"switch": "0", "mbs": 2}  # 10 ms a step against 30

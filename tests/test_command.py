@@ -168,3 +168,30 @@ def test_a_tune_searches_the_commands_own_knobs(tmp_path, in_repo):
                     "  confirm: false\n")
     result = Tuner(load(path), tmp_path / "results").run_study().result
     assert result["best"]["knobs"] == {"switch": "0", "mbs": 2}  # 10 ms a step against 30
+
+
+def test_the_env_switches_example_validates():
+    suite = load("suites/examples/env-switches.yaml")
+    assert [p.label for p in suite.expand()] == ["baseline", "+attn", "+compile"]
+
+
+@pytest.mark.slow
+def test_a_command_launched_by_torchrun_with_ddp_over_gloo_is_timed_on_rank_0(tmp_path, in_repo):
+    path = write_suite(tmp_path / "ddp.yaml", """\
+name: ddp
+workload:
+  name: command
+  params:
+    argv: ["{python}", -m, torch.distributed.run, --nproc-per-node, "2", --master-port, "29533",
+           suites/examples/standin_train.py, --batch-size, "{mbs}", --iterations, "12", --width, "32"]
+    env: {WALLX_PERF_DDP: "1", OMP_NUM_THREADS: "1"}
+    loss_regex: 'loss ([0-9.]+)'
+    samples_per_step: "{mbs}"
+knobs: {mbs: 4}
+steps: {warmup: 4, measure: 6}
+timeout: 300
+""")
+    (record,) = run_suite(path, tmp_path)
+    assert record.status == Status.OK, record.reason
+    assert record.extra["probe"] == "optimizer-step hook"
+    assert len(record.series["step_times_s"]) == 10 and len(record.series["losses"]) == 10

@@ -180,11 +180,13 @@ def test_the_memory_line_refuses_a_batch_it_predicts_cannot_fit():
     assert model.refuses("rest", 64) is None  # one point says nothing of the slope
     model.observe("rest", 8, 50.0, oom=False)
     assert model.predict("rest", 12) == pytest.approx(70.0)
-    assert model.refuses("rest", 13) is None  # 75 GiB: within 97% of 80
-    assert "predicts 80.0 GiB" in model.refuses("rest", 14)
-    assert model.largest_fitting("rest", range(2, 20, 2)) == 12
+    assert model.refuses("rest", 14) is None  # 80 GiB: not over the card
+    assert "predicts 85.0 GiB" in model.refuses("rest", 15)
+    assert model.largest_fitting("rest", range(2, 20, 2)) == 14
     model.observe("rest", 12, None, oom=True)  # measured beats predicted
     assert "batch 12" in model.refuses("rest", 12) and model.largest_fitting("rest", range(2, 20, 2)) == 10
+    model.observe("rest", 10, 79.5, oom=False)  # a batch that ran fits, whatever the line says
+    assert model.refuses("rest", 10) is None
     assert model.refuses("other", 64) is None
 
 
@@ -192,3 +194,18 @@ def test_a_tune_json_that_is_not_one_is_skipped_with_a_warning(tmp_path):
     (tmp_path / "tune.json").write_text(json.dumps({"trials": "x"}))
     with pytest.warns(UserWarning, match="tune.json: skipping a tune result"):
         assert read_result(tmp_path) is None
+
+
+def test_a_configuration_with_one_batch_measured_borrows_the_slope_of_its_nearest_neighbour():
+    model = MemoryModel(capacity_gib=140.0)
+    near, far, lone = (("lm_head", "text"), ("recompute", "sel")), (("lm_head", "all"), ("recompute", "off")), \
+        (("lm_head", "text"), ("recompute", "off"))
+    for batch, peak in ((20, 60.0), (40, 100.0)):  # 2 GiB a sample, one knob from lone
+        model.observe(near, batch, peak, oom=False)
+    for batch, peak in ((20, 30.0), (40, 40.0)):  # 0.5 GiB a sample, two knobs away
+        model.observe(far, batch, peak, oom=False)
+    assert model.predict(lone, 44) is None  # nothing of it measured yet
+    model.observe(lone, 44, 137.0, oom=False)
+    assert model.predict(lone, 52) == pytest.approx(137.0 + 2.0 * 8)
+    assert "predicts 153.0 GiB" in model.refuses(lone, 52)
+    assert model.refuses(lone, 44) is None and model.refuses(lone, 40) is None  # it ran at 44

@@ -156,17 +156,18 @@ def _memory_blocks(estimate: dict[str, Any]) -> list[Block]:
     rows = [r for r in estimate.get("predictions") or [] if isinstance(r, dict)]
     if not rows:
         return [Heading("Memory estimate", 4),
-                Text("No trial had a memory line to predict it (two batches of the same configuration measured "
-                     "first, with a device memory figure).")]
+                Text("No trial had a memory line to predict it (a batch of the same configuration and a line of "
+                     "it or a configuration near it measured first, with a device memory figure).")]
     mean, worst, rel = (estimate.get(k) for k in ("mean_abs_error_gib", "max_abs_error_gib", "mean_rel_error"))
     table = pd.DataFrame([{"trial": r.get("trial"), "predicted GiB": _num(r.get("predicted_gib")),
                            "measured GiB": _num(r.get("measured_gib")), "status": r.get("status"),
                            "error GiB": _num(r.get("error_gib"))} for r in rows]).astype(str)
     return [Heading("Memory estimate", 4),
             Text(f"Before each trial, the line of peak reserved memory against the batch through the trials of the "
-                 f"same configuration predicted its peak: {len(rows)} predictions, mean absolute error "
+                 f"same configuration (or, with one of its batches measured, along the slope of the nearest "
+                 f"configuration's line) predicted its peak: {len(rows)} predictions, mean absolute error "
                  f"{_num(mean)} GiB ({_num(100 * rel if isinstance(rel, (int, float)) else None)}%), largest "
-                 f"{_num(worst)} GiB. A batch it put over 97% of the card was not run."),
+                 f"{_num(worst)} GiB. A batch it put over the card's memory was not run."),
             Table(table)]
 
 

@@ -46,7 +46,7 @@ from benchbay.tune.result import RESULT
 from benchbay.tune.space import THROUGHPUT, IntRange, Tune
 
 #: the key of a record's ``extra`` naming the trial it measured, and the trial a confirmation repeats
-TRIAL, CONFIRMS, PREDICTED = "tune_trial", "tune_confirms", "tune_predicted_peak_gib"
+TRIAL, CONFIRMS = "tune_trial", "tune_confirms"
 
 #: the knob whose memory grows with its value (the memory line's x)
 BATCH = "mbs"
@@ -71,14 +71,14 @@ class Trial:
     def stopped_early(self) -> bool:
         return "stopped_early" in self.record.extra
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self, predicted_gib: float | None = None) -> dict[str, Any]:
         m = self.record.metrics
         return {"trial": self.number, "label": self.record.label, "point_id": self.record.point_id,
                 "knobs": self.params, "status": str(self.record.status), "objective": self.value,
                 "feasible": self.feasible, "why": self.why or None,
                 "samples_per_s_per_gpu": m.get("samples_per_s_per_gpu"),
                 "peak_mem_reserved_gib": m.get("peak_mem_reserved_gib"),
-                "predicted_peak_gib": self.record.extra.get(PREDICTED),
+                "predicted_peak_gib": predicted_gib,
                 "fidelity": self.record.extra.get("fidelity"), "stopped_early": self.stopped_early,
                 "device_s": self.record.duration_s, "started_at": self.record.started_at}
 
@@ -212,7 +212,7 @@ class Tuner:
 
     @staticmethod
     def _rest(params: dict[str, Any]) -> tuple:
-        return tuple(sorted((k, repr(v)) for k, v in params.items() if k != BATCH))
+        return rest_of(params)
 
     def best(self) -> Trial | None:
         feasible = [t for t in self.trials if t.feasible]
@@ -363,9 +363,7 @@ class Tuner:
                         study.enqueue_trial(neighbour)
                 continue
             idle = 0
-            predicted = self.memory.predict(self._rest(params), params[BATCH]) if BATCH in params else None
-            extra = {TRIAL: point.index, **({PREDICTED: predicted} if predicted is not None else {})}
-            record = self.runner.measure(point, 0, extra=extra, stop_below=self._stop_below())
+            record = self.runner.measure(point, 0, extra={TRIAL: point.index}, stop_below=self._stop_below())
             trial = self._trial(point.index, params, record)
             self.trials.append(trial)
             asked.set_constraint("violation", trial.violation)
@@ -489,6 +487,8 @@ class Tuner:
         winner = next((r for r in confirmed if r.get("winner") and r["runs"] > 1), None)
         best = self.best()
         chosen = next((t for t in self.trials if winner and t.number == winner["trial"]), None) or best
+        estimate = memory_errors(self.trials)
+        predicted = {r["trial"]: r["predicted_gib"] for r in estimate["predictions"]}
         out: dict[str, Any] = {
             "suite": self.suite.name, "run_id": self.run.name, "device": self.runner.device,
             "gpu": self.runner.env.get("gpu"), "objective": self.tune.as_json()["objective"],
@@ -496,14 +496,14 @@ class Tuner:
             "budget": {"trials": self.tune.trials, "device_seconds": self.tune.device_seconds},
             "early_stop": self.tune.early_stop, "early_steps": EARLY_STEPS,
             "device_seconds": self.device_seconds(),
-            "trials": [t.as_json() for t in self.trials], "refused": self.refused,
+            "trials": [t.as_json(predicted.get(t.number)) for t in self.trials], "refused": self.refused,
             "best": None if chosen is None else {
                 "trial": chosen.number, "knobs": chosen.params,
                 "objective": winner["mean"] if winner else chosen.value, "runs": winner["runs"] if winner else 1,
                 "confirmed": winner is not None, "metrics": _key_metrics(chosen.record),
                 "ties": [r["trial"] for r in confirmed if r.get("tie")]},
             "confirmed": confirmed, "pareto": pareto(self.trials, self.tune.objective.direction),
-            "memory_estimate": memory_errors(self.trials), "importances": importances(self.trials, self.tune),
+            "memory_estimate": estimate, "importances": importances(self.trials, self.tune),
             "state": "interrupted" if summary.interrupted or summary.unwritable else
                      "unfinished" if summary.out_of_time else "complete"}
         if best is None and self.trials:
@@ -549,18 +549,24 @@ def pareto(trials: list[Trial], direction: str) -> list[dict[str, Any]]:
             for t, _, m in sorted(front, key=lambda x: x[2])]
 
 
+def rest_of(params: dict[str, Any]) -> tuple:
+    """A configuration without its batch: what the memory line is kept for."""
+    return tuple(sorted((k, repr(v)) for k, v in params.items() if k != BATCH))
+
+
 def memory_errors(trials: list[Trial]) -> dict[str, Any]:
-    """The memory line's predictions against what the trials then measured (those that ran whole or
-    ran out of memory)."""
-    rows = []
+    """What the memory line predicted for each trial from the trials before it (replayed in order, as
+    the tuner held them when it ran) against what the trial then measured: its peak, or an oom."""
+    model, rows = MemoryModel(), []
     for t in trials:
-        predicted = t.record.extra.get(PREDICTED)
-        if predicted is None:
+        if BATCH not in t.params or t.record.status not in (Status.OK, Status.OOM):
             continue
+        predicted = model.predict(rest_of(t.params), t.params[BATCH])
         peak = t.record.metrics.get("peak_mem_reserved_gib")
-        rows.append({"trial": t.number, "predicted_gib": predicted, "measured_gib": peak,
-                     "status": str(t.record.status),
-                     "error_gib": None if peak is None else predicted - peak})
+        if predicted is not None:
+            rows.append({"trial": t.number, "predicted_gib": predicted, "measured_gib": peak,
+                         "status": str(t.record.status), "error_gib": None if peak is None else predicted - peak})
+        model.observe(rest_of(t.params), t.params[BATCH], peak, t.record.status == Status.OOM)
     errors = [abs(r["error_gib"]) for r in rows if r["error_gib"] is not None]
     rel = [abs(r["error_gib"]) / r["measured_gib"] for r in rows if r["error_gib"] is not None and r["measured_gib"]]
     return {"predictions": rows, "mean_abs_error_gib": statistics.fmean(errors) if errors else None,

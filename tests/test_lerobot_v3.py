@@ -327,3 +327,51 @@ def test_gpu_backends_match_the_cpu_on_v3(pair, name):
         error = (frames.cpu().float()[:, None] - cpu.float().view(len(wanted), 3, *cpu.shape[1:])).abs().mean((2, 3, 4))
         assert (error.argmin(1) == 1).all(), error
         assert (error[:, 1] < 8).all(), error
+
+
+HOSTILE_INFO = {
+    "a video_path outside the dataset": ({"video_path": "/etc/{video_key}.mp4"}, "key 'video_path'"),
+    "a video_path that climbs out": ({"video_path": "../../{video_key}/x.mp4"}, "key 'video_path'"),
+    "a video_path that evaluates": ({"video_path": "{video_key.__class__.__mro__}.mp4"},
+                                    "key .video_path.: expected placeholders"),
+    "chunks_size 0": ({"chunks_size": 0}, "key 'chunks_size': expected an integer >= 1"),
+    "fps 0": ({"fps": 0}, "key 'fps'"),
+    "fps 1e308": ({"fps": 1e308}, "key 'fps'"),
+    "features as a list": ({"features": []}, "key 'features'"),
+    "a huge shape": ({"features": {"observation.images.a": {"dtype": "video", "shape": [10**9, 64, 3],
+                                                            "info": {"video.codec": "h264"}}}},
+                     r"key 'features\.observation\.images\.a\.shape'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_INFO))
+def test_a_hostile_info_json_is_an_error_naming_the_file_and_key(pair, tmp_path, case):
+    change, expected = HOSTILE_INFO[case]
+    _, v3 = pair
+    root = _copy_meta(v3, tmp_path / "bad")
+    info_path = root / "meta" / "info.json"
+    info_path.write_text(json.dumps({**json.loads(info_path.read_text()), **change}))
+    with pytest.raises(DatasetFormatError, match=r"info\.json: " + expected):
+        VideoDataset.open(root)
+
+
+def test_an_info_json_that_is_not_an_object_or_not_utf8_is_an_error(pair, tmp_path):
+    _, v3 = pair
+    root = _copy_meta(v3, tmp_path / "bad")
+    info_path = root / "meta" / "info.json"
+    info_path.write_text("[1, 2]")
+    with pytest.raises(DatasetFormatError, match=r"info\.json: expected a JSON object"):
+        VideoDataset.open(root)
+    info_path.write_bytes(b'{"fps": "\xff"}')
+    with pytest.raises(DatasetFormatError, match=r"info\.json: not JSON"):
+        VideoDataset.open(root)
+
+
+def test_an_episode_length_that_is_not_a_number_is_an_error(pair, tmp_path):
+    v21, _ = pair
+    root = _copy_meta(v21, tmp_path / "bad")
+    path = root / "meta" / "episodes.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({**e, "length": str(e["length"])}) + "\n" for e in lines))
+    with pytest.raises(DatasetFormatError, match=r"episodes\.jsonl: key 'length'"):
+        VideoDataset.open(root)

@@ -39,7 +39,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
+import string
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -417,23 +419,20 @@ class VideoDataset:
         root = Path(root)
         info_path = root / "meta" / "info.json"
         try:
-            info = json.loads(info_path.read_text())
+            info = json.loads(info_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise DatasetFormatError(f"{root} is not a LeRobot dataset: no {info_path}") from None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DatasetFormatError(f"{info_path}: not JSON ({exc})") from None
-        version = info.get("codebase_version")
-        if version not in INFO_KEYS:
-            raise DatasetFormatError(f"{info_path}: key 'codebase_version' is {version!r}; "
-                                     f"this reader knows {', '.join(INFO_KEYS)}")
-        missing = [key for key in INFO_KEYS[version] if key not in info]
-        if missing:
-            raise DatasetFormatError(f"{info_path}: codebase_version {version} needs key(s) {', '.join(missing)}")
-        cameras = [key for key, feature in info["features"].items() if feature.get("dtype") == "video"]
-        if not cameras:
-            raise DatasetFormatError(f"{info_path}: key 'features' has no feature of dtype 'video'")
-        read = _episodes_v3 if version == "v3.0" else _episodes_v2
+        cameras = _checked_info(info_path, info)
+        read = _episodes_v3 if info["codebase_version"] == "v3.0" else _episodes_v2
         lengths, videos = read(root, info, cameras)
+        inside = root.resolve()
+        for camera, episodes in videos.items():  # a dataset's files are its own: no path out of its folder
+            for video in episodes:
+                if not video.path.resolve().is_relative_to(inside):
+                    raise DatasetFormatError(f"{info_path}: key 'video_path' leads {camera} to {video.path}, "
+                                             f"outside the dataset {root}")
         return cls(root, info, lengths, videos)
 
     @property
@@ -479,12 +478,73 @@ class VideoDataset:
         return self.videos[camera][episode].first_frame
 
 
+#: the placeholders a video_path may hold per layout (LeRobot's own), each with at most a width: no
+#: attribute or index access (str.format would evaluate "{video_key.__class__}" from a dataset's file)
+PATH_FIELDS = {"v2.0": ("episode_chunk", "video_key", "episode_index"),
+               "v2.1": ("episode_chunk", "video_key", "episode_index"),
+               "v3.0": ("video_key", "chunk_index", "file_index")}
+_FORMAT_SPEC = re.compile(r"0?\d{0,2}d?")
+MAX_FPS, MAX_SIDE = 1000, 16384
+
+
+def _checked_info(path: Path, info: Any) -> list[str]:
+    """info.json's keys the reader uses, each of the type and range it needs; the video cameras.
+    DatasetFormatError naming the file and key otherwise."""
+    def bad(key: str, expected: str, value: Any) -> DatasetFormatError:
+        return DatasetFormatError(f"{path}: key {key!r}: expected {expected}, got {json.dumps(value)[:80]}")
+
+    if not isinstance(info, dict):
+        raise DatasetFormatError(f"{path}: expected a JSON object of LeRobot's info keys")
+    version = info.get("codebase_version")
+    if version not in INFO_KEYS:
+        raise DatasetFormatError(f"{path}: key 'codebase_version' is {version!r}; this reader knows "
+                                 f"{', '.join(INFO_KEYS)}")
+    missing = [key for key in INFO_KEYS[version] if key not in info]
+    if missing:
+        raise DatasetFormatError(f"{path}: codebase_version {version} needs key(s) {', '.join(missing)}")
+    fps, chunks = info["fps"], info["chunks_size"]
+    if not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and 0 < fps <= MAX_FPS):
+        raise bad("fps", f"frames per second, a number in (0, {MAX_FPS}]", fps)
+    if not (isinstance(chunks, int) and not isinstance(chunks, bool) and chunks >= 1):
+        raise bad("chunks_size", "an integer >= 1", chunks)
+    template = info["video_path"]
+    if not isinstance(template, str) or Path(template).is_absolute() or ".." in Path(template).parts:
+        raise bad("video_path", "a path template inside the dataset", template)
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError:
+        raise bad("video_path", "a path template with balanced braces", template) from None
+    for name, spec, conversion in fields:
+        if name not in PATH_FIELDS[version] or conversion or not _FORMAT_SPEC.fullmatch(spec or ""):
+            raise bad("video_path", f"placeholders of {list(PATH_FIELDS[version])} (a width at most)", template)
+    features = info["features"]
+    if not isinstance(features, dict) or not all(isinstance(f, dict) for f in features.values()):
+        raise bad("features", "a mapping of feature names to mappings", features)
+    cameras = [key for key, feature in features.items() if feature.get("dtype") == "video"]
+    if not cameras:
+        raise DatasetFormatError(f"{path}: key 'features' has no feature of dtype 'video'")
+    for camera in cameras:
+        shape = features[camera].get("shape")
+        if not (isinstance(shape, list) and len(shape) >= 2 and all(
+                isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_SIDE for n in shape[:2])):
+            raise bad(f"features.{camera}.shape", f"[height, width, ...] of integers in 1..{MAX_SIDE}", shape)
+        codec = (features[camera].get("info") or {}).get("video.codec") \
+            if isinstance(features[camera].get("info") or {}, dict) else None
+        if not isinstance(codec, str):
+            raise bad(f"features.{camera}.info.video.codec", "the codec's name", codec)
+    return cameras
+
+
 def _episodes_v2(root: Path, info: dict[str, Any], cameras: list[str]):
     path = root / "meta" / "episodes.jsonl"
     try:
         with open(path) as f:
             episodes = sorted((json.loads(line) for line in f if line.strip()), key=lambda e: e["episode_index"])
         lengths = tuple(e["length"] for e in episodes)
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths):
+            raise DatasetFormatError(f"{path}: key 'length': expected an integer number of frames in each episode")
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as exc:
+        raise DatasetFormatError(f"{path}: each line a JSON object of an episode ({exc})") from None
     except FileNotFoundError:
         raise DatasetFormatError(f"{root}: codebase_version {info['codebase_version']} needs {path}") from None
     except KeyError as exc:

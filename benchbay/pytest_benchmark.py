@@ -19,7 +19,10 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import platform
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -128,26 +131,43 @@ def import_pytest_benchmark(json_path: str | Path, results_root: str | Path = "r
     for i, bench in enumerate(doc["benchmarks"]):  # all checked before anything is written
         _check_benchmark(bench, f"{json_path}: benchmarks[{i}]")
     started_at = doc.get("datetime") or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    if run_id is None:
+    try:
         stamp = dt.datetime.fromisoformat(started_at).strftime("%Y%m%d-%H%M%S")
-        run_id = f"{stamp}-{hashlib.sha1(raw).hexdigest()[:4]}"
+    except (TypeError, ValueError):
+        raise ValueError(f"{json_path}: key 'datetime': expected an ISO 8601 time, got {started_at!r}") from None
+    run_id = run_id or f"{stamp}-{hashlib.sha1(raw).hexdigest()[:4]}"
     run = store.run_dir(results_root, suite, run_id)
-    if (run / store.RECORDS).exists():
+    if run.exists():
         raise FileExistsError(f"{run} already exists: this file was imported before")
     machine_info, commit_info = doc.get("machine_info") or {}, doc.get("commit_info") or {}
     env = _env(machine_info, commit_info)
+    records = []
+    for i, bench in enumerate(doc["benchmarks"]):  # every record made before anything is written
+        try:
+            records.append(_record(bench, suite, run_id, env, started_at))
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise ValueError(f"{json_path}: benchmarks[{i}]: not a benchmark benchbay can read ({exc})") from None
     without_data = [b["name"] for b in doc["benchmarks"] if not b["stats"].get("data")]
     if without_data:
         warnings.warn(f"{json_path}: {len(without_data)} benchmarks carry no raw data (e.g. {without_data[0]}); "
                       "rerun with --benchmark-save-data so comparisons can estimate noise", stacklevel=2)
-    store.write_manifest(run, {
-        "suite": suite, "run_id": run_id, "env": env, "started_at": started_at, "points": len(doc["benchmarks"]),
+    # written beside the run, then renamed into place: an import is whole or absent, never a run
+    # that says complete with half its records (a re-import would then be refused as done)
+    run.parent.mkdir(parents=True, exist_ok=True)
+    holder = Path(tempfile.mkdtemp(prefix=".import-", dir=run.parent.parent))  # no reader looks in it
+    staging = holder / "suite" / run_id
+    store.write_manifest(staging, {
+        "suite": suite, "run_id": run_id, "env": env, "started_at": started_at, "points": len(records),
         "state": "complete",
         "source": {"kind": WORKLOAD, "path": str(json_path), "version": doc.get("version"),
                    "machine_info": machine_info, "commit_info": commit_info, "datetime": doc.get("datetime")},
     })
-    for bench in doc["benchmarks"]:
-        store.append_record(run, _record(bench, suite, run_id, env, started_at))
+    try:
+        for record in records:
+            store.append_record(staging, record)
+        os.replace(staging, store.refuse_links(run, run.parent.parent))
+    finally:
+        shutil.rmtree(holder, ignore_errors=True)
     return run
 
 

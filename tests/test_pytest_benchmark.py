@@ -168,3 +168,18 @@ def test_not_a_pytest_benchmark_file(tmp_path):
     bad.write_text("{}")
     with pytest.raises(ValueError, match="not a pytest-benchmark JSON"):
         import_pytest_benchmark(bad, tmp_path / "results")
+
+
+def test_an_import_with_a_malformed_benchmark_is_refused_whole_and_can_be_made_again(real_json, tmp_path):
+    doc = json.loads(real_json.read_text())
+    assert len(doc["benchmarks"]) >= 2
+    doc["benchmarks"][1]["stats"]["data"] = ["not a number"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    results = tmp_path / "results"
+    with pytest.raises(ValueError, match=r"bad\.json: benchmarks\[1\]: not a benchmark benchbay can read"):
+        import_pytest_benchmark(bad, results, run_id="r1")
+    assert not any(results.rglob("records.jsonl")) and not list(results.glob(".import-*"))
+    run = import_pytest_benchmark(real_json, results, run_id="r1")  # the same id: nothing was left behind
+    assert len(read_records(run)) == len(doc["benchmarks"]) and read_manifest(run)["state"] == "complete"
+    assert not list(results.glob(".import-*"))

@@ -12,9 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from benchbay.store import MANIFEST, RECORDS, read_records, record_lines, refuse_links
-
-BASELINES_DIR = "baselines"
+from benchbay.store import BASELINES_DIR, MANIFEST, RECORDS, SAFE_NAME, read_records, record_lines, refuse_links
 
 
 def _read_records(run_dir: Path) -> list[dict]:
@@ -62,8 +60,10 @@ def check_baseline(baseline: Path, machine_key: str) -> Path:
 def _check_name(name: str, what: str = "baseline name") -> None:
     """One path component: a baseline's name, and its machine key, which comes from the records
     (a record saying ``"machine_key": "../../x"`` must not place a baseline outside the root)."""
-    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name:
-        raise ValueError(f"invalid {what} {name!r}: use a plain name such as 'main'")
+    # a leading dot is the staging folders' (skipped by readers): such a baseline was saved, never found
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        raise ValueError(f"invalid {what} {name!r}: one path component of letters, digits, '.', '_' and '-', "
+                         "starting with a letter or digit, such as 'main'")
 
 
 def save_baseline(run_dirs: str | Path | list[str | Path], name: str, results_root: str | Path = "results", *,

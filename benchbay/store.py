@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # a frame only where results are read: the worker and the sui
 
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"
+#: the results root's folder of baselines (``<root>/baselines/<machine-key>/<name>/``): no suite's name
+BASELINES_DIR = "baselines"
 #: the errors of a store that cannot be written (a full disk, a quota, a read-only mount), not of bad input
 UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 

@@ -29,7 +29,22 @@ __all__ = ["MIN_BUDGETED_STEPS", "Devices", "Point", "Problem", "Search", "Steps
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.2 booleans: only true/false, so ``compile: off`` stays the string 'off'."""
+    """YAML 1.2 booleans: only true/false, so ``compile: off`` stays the string 'off'; a key given
+    twice in one mapping is an error (the last one silently won), a key a merge (``<<: *a``) brings
+    may be given again (that is what a merge is for)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_scalar(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} appears twice in one "
+                                                            "mapping", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 _Loader.yaml_implicit_resolvers = {

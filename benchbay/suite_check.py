@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchbay import knobs as knob_table
-from benchbay.store import SAFE_NAME
+from benchbay.store import BASELINES_DIR, SAFE_NAME
 from benchbay.suite_model import (
     DEVICE_KEYS,
     PATH_PARAMS,
@@ -54,6 +54,8 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
         if key not in _TOP_KEYS:
             v.error(key, f"a known key: {sorted(_TOP_KEYS)}")
     name = v.typed(raw, "name", str, required=True)
+    if name == BASELINES_DIR:  # results/baselines/ holds the baselines, not a suite's runs
+        v.error("name", f"a name other than {BASELINES_DIR!r} (the results root's folder of baselines)")
     if name is not None and not SAFE_NAME.fullmatch(name):  # it names the results and reports folders
         v.error("name", f"one path component of letters, digits, '.', '_' and '-', starting with a letter or "
                 f"digit, got {name!r}")

@@ -915,3 +915,25 @@ def test_history_of_a_suite_file_never_imports_the_workload_it_names(tmp_path, c
                           env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert not (tmp_path / "ran").exists()
     assert "Traceback" not in done.stderr
+
+
+def test_a_key_given_twice_is_an_error_but_a_merged_key_may_be_given_again(tmp_path):
+    base = "name: dup\nworkload: {name: 'tests.fixtures.tinywork:Tiny'}\n"
+    with pytest.raises(SuiteError, match=r"line 4, column 1: .*the key 'repeats' appears twice"):
+        load(write_suite(tmp_path / "dup.yaml", base + "repeats: 1\nrepeats: 3\n"))
+    merged = base + "sweep:\n  points:\n    - &a {label: a, mbs: 1}\n    - {<<: *a, label: b, mbs: 2}\n"
+    assert [p.label for p in load(write_suite(tmp_path / "merged.yaml", merged)).expand()] == ["a", "b"]
+
+
+def test_a_suite_named_baselines_is_refused(tmp_path):
+    with pytest.raises(SuiteError, match="name: a name other than 'baselines'"):
+        load(write_suite(tmp_path / "b.yaml", "name: baselines\nworkload: {name: 'tests.fixtures.tinywork:Tiny'}\n"))
+
+
+@pytest.mark.parametrize("name", [".hidden", "..", "a/b", ""])
+def test_a_baseline_name_that_no_reader_would_find_is_refused(tmp_path, name):
+    from benchbay.baselines import save_baseline
+
+    with pytest.raises(ValueError, match="invalid baseline name"):
+        save_baseline([tmp_path], name, tmp_path / "results")
+    assert not (tmp_path / "results").exists()

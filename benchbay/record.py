@@ -83,7 +83,7 @@ class Record:
     device: str | None = None  # "cpu" or "cuda": what the point ran on
     status: Status
     reason: str | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)  # figures by name (see the README's Results)
+    metrics: dict[str, Any] = field(default_factory=dict)  # figures by name (see docs/guide.md's Results)
     series: dict[str, list[Any]] = field(default_factory=dict)  # per step: step_times_s, losses...
     extra: dict[str, Any] = field(default_factory=dict)  # the workload's and the profiler's own figures
     world_size: int = 1

@@ -5,7 +5,7 @@ Each backend is driven two ways (``mode``):
 - ``loader``: as the real training loaders drive it (RLinf: torchcodec, approximate seek, one
   FFmpeg thread; DreamZero: decord ``get_batch``; Wall-X through LeRobotDataset: PyAV, seeking to
   the keyframe before the first timestamp and converting every frame up to the last one).
-- ``best``: the fastest way this library offers for the same request, as measured (README): one
+- ``best``: the fastest way this library offers for the same request, as measured (docs/decoders.md): one
   decoder thread for each library (a file opened per sample and decoded over a short span pays for
   threads more than they return), and for PyAV frames found through the container's index.
 
@@ -370,7 +370,7 @@ class PyAV(Backend):
     every open cost 1.48x on GOP-12 H.264 with a decoder per sample. With one thread the index route
     took 0.66x the time of the keyframe route on GOP-2 AV1, 0.94-0.97x on GOP-12 H.264 and tied on one
     keyframe per episode; with FFmpeg's frame threads every seek flushes them and the keyframe route won
-    (README)."""
+    (docs/decoders.md)."""
 
     name = "pyav"
     distribution = module = "av"

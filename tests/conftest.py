@@ -68,6 +68,15 @@ def in_process():
     return InProcessLauncher()
 
 
+def pytest_runtest_setup(item):
+    """The one GPU skip: a test marked ``gpu`` runs only where CUDA is (on the GPU machine)."""
+    if item.get_closest_marker("gpu") is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU (run on the GPU machine)")
+
+
 def pytest_collection_modifyitems(config, items):
     """The tests that start points' processes (those run from the repository root, ``in_repo``) first,
     the slow-marked ones before them: under pytest-xdist the long tests start early and the short

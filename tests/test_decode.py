@@ -385,7 +385,7 @@ def test_suites_validate(suite):
     assert points and {p.knobs["backend"] for p in points} >= {"torchcodec", "decord", "pyav"}
 
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+CUDA = pytest.mark.gpu
 
 
 @CUDA

@@ -151,7 +151,7 @@ def test_cpu_offload_refuses_what_it_cannot_step_faithfully(knobs, reason):
     assert "needs a CUDA device" in choice.skip_reason(values, CPU)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="torchao's CPUOffloadOptimizer needs CUDA")
+@pytest.mark.gpu  # torchao's CPUOffloadOptimizer needs CUDA
 def test_cpu_offload_steps_like_fp32_adamw_with_the_clip():
     """Gradients past the clip: the host copies, taken during backward, are stepped clipped."""
     torch.manual_seed(0)

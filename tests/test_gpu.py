@@ -2,14 +2,13 @@
 on a GPU, a real CUDA OOM). Skipped without a GPU; run on the GPU machine."""
 
 import pytest
-import torch
 
 from benchbay import store
 from benchbay.runner import SuiteRunner
 from benchbay.suite import load
 from tests.conftest import TINY, write_suite
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = pytest.mark.gpu
 
 
 def test_gpu_points_record_device_figures(tmp_path, in_repo):

@@ -309,7 +309,7 @@ def test_nvdec_av1_by_gpu_generation(monkeypatch, capability, lacks):
                       torch.device("cpu")).skip_reason() is None
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["torchcodec", "pynvvideocodec", "dali", "lerobot"])
 def test_gpu_backends_match_the_cpu_on_v3(pair, name):
     if (reason := BACKENDS[name].unavailable_reason("cuda")) is not None:

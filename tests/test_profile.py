@@ -196,7 +196,7 @@ def test_memory_snapshot_is_a_noop_with_a_reason_on_cpu(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_memory_snapshot_records_allocations_on_cuda(tmp_path):
     snapshot = MemorySnapshot(tmp_path / "m", torch.device("cuda"))
     with snapshot:
@@ -209,7 +209,7 @@ def test_memory_snapshot_records_allocations_on_cuda(tmp_path):
     assert any(e["frames"] for trace in data["device_traces"] for e in trace if e["action"] == "alloc")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_memory_snapshot_of_a_checkpointed_loss_backward(tmp_path):
     # Wall-X's chunked cross-entropy: recomputed in backward, where a free's stack cannot be taken
     hidden = torch.randn(4096, 256, device="cuda", requires_grad=True)
@@ -222,7 +222,7 @@ def test_memory_snapshot_of_a_checkpointed_loss_backward(tmp_path):
     assert hidden.grad is not None and (tmp_path / "m" / "snapshot.pickle").exists()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_profiled_cuda_step(tmp_path):
     summary = profile_tiny(tmp_path / "p", sync=True, device="cuda")
     assert summary["phase_clock"] == "device" and summary["syncs_per_step"] == 1

@@ -16,7 +16,7 @@ from benchbay.workloads.wallx.workload import WallX
 CPU = torch.device("cpu")
 TINY = {"preset": "wallx-tiny"}
 TINY_KNOBS = {"attention": "sdpa", "vision_attention": "sdpa", "lm_head": "all"}
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+cuda = pytest.mark.gpu
 
 
 def build(knobs=None, params=None, device=CPU, seed=0):

@@ -337,7 +337,24 @@ def compare_metric(point: MatchedPoint, metric: Metric, options: CompareOptions 
     if real and abs(estimate.ratio - 1.0) >= min_change:
         verdict = metric.worse if worse_by > 0 else metric.better
     return Comparison(metric.name, statistic, estimate.baseline, estimate.candidate, estimate.ratio, estimate.low,
-                      estimate.high, p_value, worse_by, verdict, regression=verdict == metric.worse)
+                      estimate.high, p_value, worse_by, verdict, regression=verdict == metric.worse,
+                      reason=_why(verdict, estimate, p_value, alpha, test_can_reject, min_change))
+
+
+def _why(verdict: str, estimate, p_value: float, alpha: float, test_can_reject: bool, min_change: float) -> str | None:
+    """The one reason a no-change or not-significant verdict stands on, shown beside it: a small p
+    beside "not significant" reads as a contradiction unless the interval is named as the reason."""
+    if verdict == Verdict.NOT_SIGNIFICANT:
+        if not estimate.excludes_one:
+            return (f"the {estimate.confidence:.0%} interval [{estimate.low:.3g}, {estimate.high:.3g}] holds no "
+                    "change (repeats resampled)")
+        if test_can_reject and p_value >= alpha:
+            return f"the rank test's p {p_value:.2g} is not below {alpha:g}"
+    if verdict == Verdict.NO_CHANGE and not estimate.excludes_one:
+        return f"the interval lies within ±{min_change:.0%}"
+    if verdict == Verdict.NO_CHANGE:
+        return f"a real change smaller than {min_change:.0%}"
+    return None
 
 
 def _inverse(value: float) -> float:

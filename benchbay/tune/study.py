@@ -256,7 +256,7 @@ class Tuner:
                     summary.unwritable = str(exc)
                     self._say(f"the tune stopped: cannot write {exc}; free space, then continue with --resume "
                               f"{self.run.name}")
-            summary.result = self.result(study if "study" in locals() else None, summary)
+            summary.result = self.result(summary)
             stopped = summary.interrupted or summary.out_of_time or summary.unwritable
             manifest.update(state="interrupted" if stopped else "complete",
                             finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
@@ -481,7 +481,7 @@ class Tuner:
         return rows
 
     # ---- what the tune leaves ------------------------------------------------------------------
-    def result(self, study, summary: TuneSummary) -> dict[str, Any]:
+    def result(self, summary: TuneSummary) -> dict[str, Any]:
         confirmed = self.confirmed()
         # a winner of repeats: the best trial alone is one process's figure
         winner = next((r for r in confirmed if r.get("winner") and r["runs"] > 1), None)

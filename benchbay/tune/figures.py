@@ -167,7 +167,9 @@ def _memory_blocks(estimate: dict[str, Any]) -> list[Block]:
                  f"same configuration (or, with one of its batches measured, along the slope of the nearest "
                  f"configuration's line) predicted its peak: {len(rows)} predictions, mean absolute error "
                  f"{_num(mean)} GiB ({_num(100 * rel if isinstance(rel, (int, float)) else None)}%), largest "
-                 f"{_num(worst)} GiB. A batch it put over the card's memory was not run."),
+                 f"{_num(worst)} GiB. A batch the line puts over the card's memory is not run; the line is this "
+                 "version's, so a study begun under an older one may hold trials it would refuse now (an oom row "
+                 "with a prediction over the card)."),
             Table(table)]
 
 

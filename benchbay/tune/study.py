@@ -555,8 +555,9 @@ def rest_of(params: dict[str, Any]) -> tuple:
 
 
 def memory_errors(trials: list[Trial]) -> dict[str, Any]:
-    """What the memory line predicted for each trial from the trials before it (replayed in order, as
-    the tuner held them when it ran) against what the trial then measured: its peak, or an oom."""
+    """What the memory line predicts for each trial from the trials before it (replayed in order: the
+    line of this version of benchbay, so a study from an older one is judged by today's line) against
+    what the trial then measured: its peak, or an oom."""
     model, rows = MemoryModel(), []
     for t in trials:
         if BATCH not in t.params or t.record.status not in (Status.OK, Status.OOM):

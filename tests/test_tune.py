@@ -209,3 +209,17 @@ def test_a_configuration_with_one_batch_measured_borrows_the_slope_of_its_neares
     assert model.predict(lone, 52) == pytest.approx(137.0 + 2.0 * 8)
     assert "predicts 153.0 GiB" in model.refuses(lone, 52)
     assert model.refuses(lone, 44) is None and model.refuses(lone, 40) is None  # it ran at 44
+
+
+def test_the_readmes_tune_figures_are_those_of_the_committed_wallx_tune():
+    """README: "found 65.34 samples/s/GPU (faithful, 3 processes; trial 20 of 24 at 876 device-seconds)"."""
+    from tests.conftest import ROOT
+
+    (run,) = [p.parent for p in (ROOT / "results" / "wallx-tune").glob("*/tune.json")]
+    result = read_result(run)
+    best = result["best"]
+    spent = sum(t["device_s"] for t in result["trials"] if t["trial"] <= best["trial"])
+    said = (f"found {best['objective']:.2f} samples/s/GPU ({best['metrics']['fidelity']}, {best['runs']} processes; "
+            f"trial {best['trial']} of {len(result['trials'])} at {spent:.0f} device-seconds)")
+    assert said in " ".join((ROOT / "README.md").read_text().split())
+    assert best["confirmed"] and not best["ties"]

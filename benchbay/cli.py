@@ -171,12 +171,8 @@ def cmd_run(args) -> int:
     if summary.busy:
         console.print(f"[yellow]{summary.busy} record(s) measured while the machine was not quiet: their figures "
                       "may hold that noise (the report notes them)[/yellow]")
-    if summary.interrupted:
-        return 130
-    if summary.unwritable:
-        return 4
-    if summary.out_of_time:
-        return 3
+    if (stopped := _stopped_code(summary)) is not None:
+        return stopped
     if not args.no_report:
         from benchbay.report import build_report
         from benchbay.runner import sigterm_as_interrupt
@@ -235,13 +231,19 @@ def cmd_tune(args) -> int:
         console.print(f"suite: {emit_suite(summary.run, args.emit_suite)}")
     if not args.no_report and result["trials"]:
         console.print(f"report: {_tune_report(summary.run, args.report_dir)}")
+    stopped = _stopped_code(summary)
+    return stopped if stopped is not None else 0 if best else 1
+
+
+def _stopped_code(summary) -> int | None:
+    """The exit code of a run or tune that stopped before its end (resumable), else None."""
     if summary.interrupted:
         return 130
     if summary.unwritable:
         return 4
     if summary.out_of_time:
         return 3
-    return 0 if best else 1
+    return None
 
 
 def _tune_report(run: Path, out: str | None) -> Path:

@@ -137,7 +137,7 @@ class Measured:
 def run(spec: PointSpec) -> WorkerResult:
     rank, world, local_rank = _init_distributed(spec.device)
     device = torch.device(spec.device, local_rank) if spec.device == "cuda" else torch.device("cpu")
-    own_clock = getattr(registry.declaration(spec.workload), "own_clock", False)
+    own_clock = registry.declaration(spec.workload).own_clock
     if device.type == "cuda" and not own_clock:  # a command's processes hold the device, not this one
         torch.cuda.set_device(device)
     knobs = spec.knobs

@@ -1,0 +1,42 @@
+"""benchbay's Wall-X step as a plain training script (no harness): the same model and batches, in
+the loop the Wall-X trainer runs (bf16 autocast over fp32 weights, AdamW, clip at 1.0), printing
+its loss each step. Run through the ``command`` workload (suites/wallx-command-crosscheck.yaml) its
+steps are timed by the probe; beside the ``wallx`` workload's eager point of the same knobs, the
+two step times cross-check the probe.
+
+    python suites/examples/wallx_plain_train.py --preset wallx-3b --batch-size 16 --steps 30
+"""
+
+import argparse
+
+import torch
+
+from benchbay.workloads.wallx.workload import WallX
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--preset", default="wallx-3b")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--lm-head", default="all", help="the wallx workload's lm_head knob")
+    args = p.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    step = WallX({"preset": args.preset}, {"mbs": args.batch_size, "lm_head": args.lm_head}, device)
+    model = step.build().model
+    params = [q for q in model.parameters() if q.requires_grad]
+    optimizer = step.optimizer(params)
+    for i in range(args.steps):
+        batch = step.batch(i)
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss, _ = step.loss(model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        print(f"step {i} loss {loss.item():.5f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

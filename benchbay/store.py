@@ -28,8 +28,17 @@ from benchbay.record import Record, finite, validate
 if TYPE_CHECKING:  # a frame only where results are read: the worker and the suite files never pay for pandas
     import pandas as pd
 
+# A run's folder, as the store lays it out (every writer and reader goes through these names):
+#   records.jsonl   one record per point and repeat, appended (schema: benchbay.record)
+#   manifest.json   what ran where (suite, machine, state), replaced whole; schema MANIFEST_SCHEMA
+#   profiles/<point_id>-<repeat>/   a profiled point's traces (benchbay.collect.profile)
+#   memory/         memory snapshots and their log (the suite's ``profile.memory_snapshot``)
+#   tune.json       a tune's study (benchbay.tune.result)
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"
+PROFILES, MEMORY = "profiles", "memory"
+#: the manifest's layout version, stamped on each one written (none: written before versions, the same keys)
+MANIFEST_SCHEMA = 1
 #: the results root's folder of baselines (``<root>/baselines/<machine-key>/<name>/``): no suite's name
 BASELINES_DIR = "baselines"
 #: the errors of a store that cannot be written (a full disk, a quota, a read-only mount), not of bad input
@@ -102,7 +111,17 @@ def append_record(run: Path, record: Record) -> None:
 
 
 def write_manifest(run: Path, manifest: dict[str, Any]) -> None:
-    write_json(run, MANIFEST, manifest)
+    write_json(run, MANIFEST, {**manifest, "schema": MANIFEST_SCHEMA})
+
+
+def profile_dir(run: Path, point_id: str, repeat: int) -> Path:
+    """Where a profiled point's traces go."""
+    return Path(run) / PROFILES / f"{point_id}-{repeat}"
+
+
+def memory_dir(run: Path) -> Path:
+    """Where a run's memory snapshots and their log go."""
+    return Path(run) / MEMORY
 
 
 def write_json(run: Path, name: str, data: dict[str, Any]) -> None:
@@ -169,6 +188,11 @@ def read_manifest(run: Path) -> dict[str, Any]:
         return {}
     if not isinstance(manifest, dict):
         warnings.warn(f"{path}: skipping a manifest that is not a JSON object", stacklevel=2)
+        return {}
+    schema = manifest.get("schema", 0)
+    if not isinstance(schema, int) or isinstance(schema, bool) or not 0 <= schema <= MANIFEST_SCHEMA:
+        warnings.warn(f"{path}: skipping a manifest of schema {schema!r}; this benchbay reads schemas 0 to "
+                      f"{MANIFEST_SCHEMA} (a newer benchbay wrote it?)", stacklevel=2)
         return {}
     return manifest
 

@@ -3,7 +3,9 @@
 Layout: ``<results_root>/baselines/<machine-key>/<name>/{records.jsonl,manifest.json}``. The
 machine key (``env.machine_key`` of the run's records: GPU model and count, CUDA, torch) keeps a
 baseline from an H100 or another torch from ever gating an H200 run. Saving under an existing
-name replaces that baseline as a whole.
+name replaces that baseline as a whole. :func:`earlier_runs` gives the gate the machine's other
+runs of the suite: what they say of the spread between processes stands in where a run has too
+few repeats to say it.
 """
 
 from __future__ import annotations
@@ -11,8 +13,22 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from benchbay.store import BASELINES_DIR, MANIFEST, RECORDS, SAFE_NAME, read_records, record_lines, refuse_links
+from benchbay.store import (
+    BASELINES_DIR,
+    MANIFEST,
+    RECORDS,
+    SAFE_NAME,
+    find_runs,
+    load_runs,
+    read_records,
+    record_lines,
+    refuse_links,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _read_records(run_dir: Path) -> list[dict]:
@@ -124,3 +140,24 @@ def find_baseline(results_root: str | Path, machine_key: str, *, name: str | Non
         if suite is None or suite in run_suites(directory):
             return directory
     return None
+
+
+def stored_runs(results_root: str | Path, suite: str | None) -> pd.DataFrame | None:
+    """Every stored run of ``suite`` under ``results_root``, any machine, as one frame (None: none)."""
+    if not suite or not (Path(results_root) / suite).is_dir():
+        return None
+    try:
+        frame = load_runs(find_runs([Path(results_root) / suite]))
+    except FileNotFoundError:  # a suite folder without a run yet
+        return None
+    return frame if len(frame) else None
+
+
+def earlier_runs(results_root: str | Path, suite: str | None, machine_key: str) -> pd.DataFrame | None:
+    """The stored runs of ``suite`` measured on ``machine_key`` (None when there is none): the
+    machine's own record of how far its processes spread."""
+    frame = stored_runs(results_root, suite)
+    if frame is None or "env.machine_key" not in frame:
+        return None
+    frame = frame[frame["env.machine_key"] == machine_key]
+    return frame if len(frame) else None

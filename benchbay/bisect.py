@@ -6,8 +6,9 @@ Each commit git bisect picks is checked out in a worktree of its own, the point 
 its user steps, and its benchbay when the repository is benchbay; ``install`` first, as the
 README installs, where the commit needs it) and judged against the good side with the gate's
 statistics and the suite's thresholds: bad only when significantly slower by the threshold; a
-noisy verdict (not significant, or a side that ran noisy) is measured again; a commit whose
-install or run fails is ``skip``."""
+noisy verdict (not significant, too few processes to support one, or a side that ran noisy) is
+measured again, its processes pooled with the first; a commit whose install or run fails, or
+that still cannot support a verdict, is ``skip`` (a bisect wants ``--set repeats=3`` or more)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from benchbay.analysis.gate import gate
 from benchbay.store import load_runs
 from benchbay.suite_model import SuiteMeta
 
-#: a noisy verdict is measured again at most this many times before it counts as good
+#: a noisy verdict is measured again at most this many times before it counts as good (or skip)
 REMEASURE = 1
 
 
@@ -71,11 +72,13 @@ class Bisector:
         return new[-1] if new else None
 
     def judge(self, good_run: Path, commit: str) -> Step:
+        runs: list[Path] = []  # the commit's runs so far: a re-measure adds processes to the verdict
         for attempt in range(REMEASURE + 1):
             run = self.measure(commit)
             if run is None:
                 return Step(commit, "skip", "the install or the run failed")
-            checks = gate(load_runs([good_run]), load_runs([run]), self.thresholds).checks
+            runs.append(run)
+            checks = gate(load_runs([good_run]), load_runs(runs), self.thresholds).checks
             checks = checks[checks["label"] == self.label]
             if checks.empty or (checks["verdict"] == Verdict.FAILED).any():
                 return Step(commit, "skip", "the point did not run")
@@ -84,9 +87,11 @@ class Bisector:
                        f"(×{row['ratio']:.3f}, p {row['p_value']:.3g}, {row['verdict']})")
             if checks["regression"].any():
                 return Step(commit, "bad", figures)
-            noisy = row["verdict"] == Verdict.NOT_SIGNIFICANT or bool(row["caution"])
+            undecided = row["verdict"] == Verdict.UNSUPPORTED
+            noisy = undecided or row["verdict"] == Verdict.NOT_SIGNIFICANT or bool(row["caution"])
             if not noisy or attempt == REMEASURE:
-                return Step(commit, "good", figures)
+                # too few processes to tell the threshold from the noise: neither good nor bad
+                return Step(commit, "skip" if undecided else "good", figures)
         raise AssertionError("unreachable")
 
     def run(self, good: str, bad: str) -> BisectResult:

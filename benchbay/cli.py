@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,10 +40,11 @@ examples:
   benchbay tune suites/wallx-tune.yaml           search a suite's tune.space for the best faithful configuration
   benchbay show quickstart                       the results of the suite's runs, one table per workload
   benchbay compare RUN_A RUN_B                   what changed between two runs, with intervals
-  benchbay baseline save quickstart --name main  keep the newest run as this machine's baseline
-  benchbay gate quickstart --baseline main       exit 1 on a real regression (for CI)
+  benchbay baseline save quickstart             keep the newest run as this machine's baseline "quickstart"
+  benchbay gate quickstart                       exit 1 on a real regression against it (for CI)
 
-exit codes: 0 done; 1 a point failed (run) or a regression (gate); 2 bad input; 3 out of --time-budget;
+exit codes: 0 done (gate: passed, or too few repeats to support a verdict); 1 a point failed (run) or a
+regression (gate); 2 bad input or a missing dependency; 3 out of --time-budget;
 4 the results store could not be written (run; resumable); 130 interrupted (Ctrl-C or SIGTERM).
 Bad input is said in one line; set BENCHBAY_TRACEBACK=1 for the traceback behind it."""
 
@@ -123,6 +126,15 @@ def cmd_validate(args) -> int:
     workloads = ", ".join(dict.fromkeys(p.workload for p in points))
     console.print(f"{args.suite}: valid; {_count(len(points), 'point')} ({excluded} excluded) x "
                   f"{_count(suite.repeats, 'repeat')} of {workloads}")
+    from benchbay.analysis.gate import repeats_on_record  # the gate: the repeats it needs where the suite ran
+    from benchbay.baselines import stored_runs
+
+    try:
+        lines = repeats_on_record(stored_runs("results", suite.name), suite.gate, suite.repeats)
+    except ValueError as err:  # a malformed threshold
+        raise ValueError(f"{args.suite}: gate: {err}") from err
+    for line in lines:
+        console.print(line)
     return 0
 
 
@@ -300,12 +312,12 @@ def cmd_list(args) -> int:
     from benchbay.workloads import registry
 
     suites = pd.DataFrame({"suite": [str(p) for p in sorted(Path(args.suites).glob("*.yaml"))]})
-    _print_table(suites, "suites")
+    _print_wrapped(suites, "suites")
     workloads = registry.available()
-    _print_table(pd.DataFrame({"workload": list(workloads), "defined in": list(workloads.values())}), "workloads")
-    rows = [(name, "|".join(map(str, k.values)) if k.values else (k.type.__name__ if k.type else "str"), k.help)
+    _print_wrapped(pd.DataFrame({"workload": list(workloads), "defined in": list(workloads.values())}), "workloads")
+    rows = [(name, " | ".join(map(str, k.values)) if k.values else (k.type.__name__ if k.type else "str"), k.help)
             for name, k in knobs.GENERIC.items()]
-    _print_table(pd.DataFrame(rows, columns=["knob", "values", "what it does"]), "generic knobs (training workloads)")
+    _print_wrapped(pd.DataFrame(rows, columns=["knob", "values", "what it does"]), "generic knobs (training workloads)")
     for name in sorted(workloads):
         try:
             cls = registry.declaration(name)
@@ -313,9 +325,24 @@ def cmd_list(args) -> int:
             print(f"{name}: {exc}", file=sys.stderr)
             continue
         if cls.knobs:
-            rows = [(knob, "|".join(map(str, c.values)), c.help) for knob, c in cls.knobs.items()]
-            _print_table(pd.DataFrame(rows, columns=["knob", "values", "what it does"]), f"{name} knobs")
+            rows = [(knob, " | ".join(map(str, c.values)), c.help) for knob, c in cls.knobs.items()]
+            _print_wrapped(pd.DataFrame(rows, columns=["knob", "values", "what it does"]), f"{name} knobs")
     return 0
+
+
+def _print_wrapped(frame: pd.DataFrame, title: str) -> None:
+    """A listing fitted to the terminal's width (on a pipe: COLUMNS, else 100), every cell wrapped
+    and none cut: a knob's values and help are what `list` is for."""
+    width = shutil.get_terminal_size((100, 24)).columns
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
+                  expand=len(frame.columns) > 2)
+    for i, column in enumerate(frame.columns):  # the name as it is; the values and the help share the rest, 1:2
+        table.add_column(column, overflow="fold", ratio=None if i == 0 else i)
+    for row in frame.itertuples(index=False):
+        table.add_row(*(Text(str(v)) for v in row))
+    out = Console(width=width, file=io.StringIO(), color_system=None)
+    out.print(table, highlight=False)
+    print("\n".join(line.rstrip() for line in out.file.getvalue().splitlines()))
 
 
 def cmd_show(args) -> int:
@@ -409,13 +436,26 @@ def cmd_compare(args) -> int:
     price = next(iter(price.values()), None) if isinstance(price, dict) else price
     frames = load_runs([baseline]), load_runs([candidate])
     table = compare(*frames, options=CompareOptions(min_change=args.min_change / 100), ignore_knobs=args.ignore_knob,
-                    price_per_gpu_hour=price)
+                    price_per_gpu_hour=price, history=_machine_history(candidate, args.results))
     print(format_compare(table, only_changes=args.only_changes)
           + format_pointers(diff_pointers(table, baseline, candidate, args.results)))
     for note in (None if price is not None else NO_PRICE, energy_note(pd.concat(frames))):  # neither side's
         if note:
             print(f"\n{note}.")
     return 0
+
+
+def _machine_history(run: Path, results: str):
+    """This machine's stored runs of ``run``'s suite, whose spread between processes stands in where
+    ``run`` has too few repeats (None when the run names no single machine, or there are none)."""
+    from benchbay.baselines import earlier_runs, run_machine_key
+    from benchbay.store import read_manifest
+
+    try:
+        key = run_machine_key(run)
+    except ValueError:  # records of no machine, or of several: no one machine's history
+        return None
+    return earlier_runs(results, read_manifest(run).get("suite"), key)
 
 
 def _loss_checks(df, specs: list[str]):
@@ -463,7 +503,7 @@ def cmd_gate(args) -> int:
         thresholds = args.threshold or SuiteMeta.from_raw(manifest.get("suite_as_run") or {}).gate or None
         result = gate(load_runs([baseline]), candidate, thresholds,
                       loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob,
-                      require_comparison=args.require_baseline)
+                      require_comparison=args.require_baseline, history=_machine_history(run, args.results))
         text = f"baseline: {baseline}\ncandidate: {run}\n\n{result.markdown.rstrip()}"
         text += format_pointers(diff_pointers(result.checks, baseline, run, args.results))
         exit_code = result.exit_code
@@ -494,11 +534,20 @@ def cmd_bisect(args) -> int:
 
 
 def cmd_baseline_save(args) -> int:
-    from benchbay.baselines import save_baseline
+    from benchbay.baselines import run_suites, save_baseline
 
     runs = [_one_run(run, args.results) for run in args.run]
-    target = save_baseline(runs, args.name, args.results)
-    console.print(f"baseline: {target} (from {', '.join(map(str, runs))})")
+    suites = sorted(set().union(*map(run_suites, runs)))
+    name = args.name
+    if name is None:  # the name `gate` looks for by default: the suite's
+        if len(suites) != 1:
+            raise ValueError(f"--name: the runs hold {len(suites)} suites ({', '.join(suites) or 'none'}), so no "
+                             "suite's name is the default: name the baseline")
+        name = suites[0]
+    target = save_baseline(runs, name, args.results)
+    gate = "" if name in suites else f" --baseline {name}"  # gate's default is the suite's name
+    console.print(f"baseline: {target} (from {', '.join(map(str, runs))}); gate a run against it with "
+                  f"`benchbay gate RUN{gate}`", markup=False, highlight=False)
     return 0
 
 
@@ -519,7 +568,8 @@ def cmd_history(args) -> int:
     flagged = table[table["change_point"]] if len(table) else table
     counts = flagged["verdict"].value_counts() if len(flagged) else {}
     print(f"\n{len(flagged)} change point(s): " + ", ".join(
-        f"{counts.get(v, 0)} {v}" for v in ("regression", "improvement", "noisy", "not comparable")))
+        f"{counts.get(v, 0)} {v}" for v in ("regression", "improvement", "noisy", "cannot support a verdict",
+                                             "not comparable")))
     return 0
 
 
@@ -708,9 +758,10 @@ def _gate_commands(sub) -> None:
     p.set_defaults(func=cmd_bisect)
     p = sub.add_parser("baseline", help="manage baselines")
     b = p.add_subparsers(dest="action", required=True).add_parser(
-        "save", help="store a run (or the runs of one suite on one machine) as results/baselines/<machine-key>/<name>/")
+        "save", help="store a run (a suite: its newest run; several runs of one machine: a suite measured in parts) "
+        "as results/baselines/<machine-key>/<name>/")
     b.add_argument("run", nargs="+", help="runs (folders, ids, or a suite: its newest run)")
-    b.add_argument("--name", required=True)
+    b.add_argument("--name", help="the baseline's name (default: the suite's, the name `gate` looks for)")
     _results_argument(b)
     b.set_defaults(func=cmd_baseline_save)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from benchbay import store
+from benchbay.collect.profile import UNATTRIBUTED
 from benchbay.launch.base import PointSpec
 from benchbay.runner import SuiteRunner
 from benchbay.suite_model import Point, Suite
@@ -45,20 +46,29 @@ def profile_points(suite: Suite, labels: list[str] | None = None, results_root: 
 
 
 def summary_lines(run: Path, top: int = 5) -> list[str]:
-    """What a profile run found, point by point: its phases (ms a step) and its top ops, then
+    """What a profile run found, point by point: its profiled step and the phases that make it up
+    (ms a step; on a GPU, of its kernels' time, the idle share the rest) and its top ops, then
     where the traces are and the command that draws them."""
-    lines = []
+    lines, unattributed = [], False
     for record in store.read_records(run):
         extra = record.get("extra") or {}
         if record["status"] != "ok":
             lines.append(f"{record['status']} {record.get('label')}: {record.get('reason') or ''}"[:300])
             continue
-        phases = ", ".join(f"{name} {1e3 * s:.1f} ms" for name, s in (extra.get("phases") or {}).items())
-        lines.append(f"{record.get('label')}: {phases or 'no phases'}"
+        phases = extra.get("phases") or {}
+        unattributed |= bool(phases.get(UNATTRIBUTED))
+        named = " + ".join(f"{name} {1e3 * s:.1f} ms" for name, s in phases.items()) or "no phases"
+        step = extra.get("profiled_step_s")
+        on_host = extra.get("phase_clock") == "host"
+        head = "" if step is None else f"step {1e3 * step:.1f} ms (profiled) " + ("= " if on_host else "; kernels: ")
+        lines.append(f"{record.get('label')}: {head}{named}"
                      + (f", GPU idle {extra['idle_gap_share']:.1%}" if extra.get("idle_gap_share") is not None else ""))
         for op in (extra.get("profile_top_ops") or [])[:top]:
             share = "" if op.get("share") is None else f"{op['share']:.1%}"
             lines.append(f"  {1e3 * (op.get('time_s') or 0):8.2f} ms {share:>6}  {op['name'][:100]}")
+    if unattributed:
+        lines.append(f"{UNATTRIBUTED}: the step's time in no phase range (a loss that opens no `forward` range, "
+                     "as record_function('forward') would, has its forward there)")
     lines += [f"traces: {run / 'profiles'} (records: {run})",
               f"report: benchbay report {run.parent.name} (phases and top ops of each point)"]
     return lines

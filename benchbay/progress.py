@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Column
 
 from benchbay.analysis.quality import noise_note
+from benchbay.launch.base import Outcome
 from benchbay.record import DELIVERED_RATE, Record, Status
 
 BUSY_TAG = "[busy machine]"
@@ -34,6 +35,18 @@ def describe(record: Record) -> str:
     traced = record.extra.get("traceback")
     where = f" (traceback: extra.traceback of its record in run {record.run_id})" if traced else ""
     return f"{record.status} {name}{knob}: {record.reason or ''}"[:300] + where + busy
+
+
+def describe_warm_up(name: str, outcome: Outcome) -> str:
+    """The warm-up process's line (benchbay.runner): what the run's first process paid, kept out of
+    the figures."""
+    m = outcome.metrics
+    if outcome.status != Status.OK:
+        return f"warm-up process of {name} (not recorded): {outcome.status}: {outcome.reason or ''}"[:300]
+    first, step = m.get("first_step_s"), m.get("step_time_mean_s")
+    figures = ", ".join(filter(None, [f"first step {first:.3g} s" if first else "",
+                                      f"then {step * 1e3:.1f} ms/step" if step else ""]))
+    return f"warm-up process of {name} (not recorded): {figures or 'ok'}"
 
 
 def _training(record: Record) -> list[str]:

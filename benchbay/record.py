@@ -42,7 +42,7 @@ SEARCH_KNOB = "search_knob"
 #: decode workload's): a loader's samples/s is what it delivered (benchbay.runner.derived_metrics)
 DELIVERED_RATE = "loader_samples_per_s"
 #: the names benchbay writes under ``metrics`` and ``series`` (by line: the step timer; the worker;
-#: the runner's throughput; memory; the system sampler; energy; update fidelity; the launchers; older
+#: the runner's throughput; memory; the system sampler; energy; update and compute fidelity; the launchers; older
 #: runs'; then the series). A flat frame spreads both beside the knobs (benchbay.analysis.frame): a
 #: frame without ``knob_names`` tells its knobs from them by these names (benchbay.analysis.compare)
 FIGURES = frozenset("""
@@ -55,6 +55,7 @@ FIGURES = frozenset("""
     cpu_util_mean cpu_util_cv child_cpu_util_mean gpu_util_mean gpu_power_w_mean gpu_sm_clock_mhz_mean
     energy_j_per_sample energy_watts
     update_applied_share update_applied_share_se update_lost_share fidelity_sampled_elements
+        compute_gradient_cosine compute_gradient_error compute_sampled_tensors
     step_time_rank_spread exit_code signal
     compile_time_s
     step_times_s losses grad_norms data_waits_s cpu_util cpu_util_t child_cpu_util gpu_util gpu_power_w

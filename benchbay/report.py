@@ -106,7 +106,7 @@ DISPLAY_NAMES = {
     "step_time_cv": "CV", "peak_host_rss_gib": "peak host RSS (GiB)",
     "inflation_change": "inflation vs synthetic [CI]", "most vs best_change": "most vs best workers",
     "noise_floor_change": "noise between processes", "cost_per_m_samples": "cost / 1M samples",
-    "energy_j_per_sample": "J/sample", "mfu_peak": "MFU's peak",
+    "energy_j_per_sample": "J/sample", "mfu_peak": "MFU's peak", "history": "other runs",
 }
 
 
@@ -196,6 +196,10 @@ def _sweep_blocks(points: pd.DataFrame) -> list[Block]:
         blocks.append(Table(display(sweep_table(group, columns), per=device_word(group)), caption))
         if not decoders:
             blocks += [Text(note + ".") for note in cost_notes(group)]
+    if "history" in points and (points["history"] != "").any():
+        blocks.append(Text("other runs: a point's records in the suite's other runs (earlier ones, and failures "
+                           "since); its figures are those of its newest run with an ok record, never pooled "
+                           "with another run's."))
     if points["notes"].str.contains("noisy", regex=False).any():
         blocks.append(Text(f"noisy: the steady steps vary by more than {NOISY_CV:.0%} (CV, standard deviation over "
                            "mean); a difference between such points needs its interval to mean anything."))
@@ -250,8 +254,9 @@ def _breakdown_blocks(points: pd.DataFrame, meta: SuiteMeta, stem: str, out_dir:
     table = waterfall(points, labels)
     per = device_word(points)
     blocks: list[Block] = [Heading("Optimisation breakdown", 3),
-                           Text("Each step against the previous ok step; 95% bootstrap intervals over repeats "
-                                "and steady-state steps; step = mean steady step, time/sample = step / samples "
+                           Text("Each step against the previous ok step; 95% intervals over processes (each "
+                                "repeat's mean step: a point of one process against another of one has none); "
+                                "step = mean steady step, time/sample = step / samples "
                                 "per step (the step's own change where the batch is the same), throughput change "
                                 "its reciprocal; speed-up = throughput over the first step. A change whose "
                                 "interval includes no change is not significant: it may be noise.")]

@@ -1,6 +1,16 @@
 """Run a suite: every point through the suite's launcher (on this machine, each in its own process,
 or as a Slurm job), one record per point and repeat appended to the store as soon as it is known;
-the sweep always goes on; Ctrl-C keeps what was measured."""
+the sweep always goes on; Ctrl-C keeps what was measured.
+
+Run order: the first process of a run can pay for a cold machine (files read back into the page
+cache, memory touched for the first time, clocks waking from idle): a quickstart report credited
+recompute with -40% for running second, its first point at 417 ms a step against 232-268 ms in
+later runs. Which of these it pays depends on the machine and on how long it sat idle (on a shared
+2-core VM kept warm by other work, the first process after 90 s idle read pages from disk in its
+first step only), so the runner takes it out whatever it is: on this machine each call starts
+with a warm-up process of the first point it measures, its steps cut to a few and its figures
+recorded nowhere but the manifest (``warm_up``); and repeats run interleaved, every other one in
+reverse (A B C, C B A, ...), so that no point always runs first or always after the same one."""
 
 from __future__ import annotations
 
@@ -25,10 +35,10 @@ from benchbay.collect.env import fingerprint
 from benchbay.knobs import rules
 from benchbay.launch.base import Launch, Launcher, Outcome, PointSpec
 from benchbay.launch.local import LocalLauncher
-from benchbay.progress import SweepProgress, describe, warn_once
+from benchbay.progress import SweepProgress, describe, describe_warm_up, warn_once
 from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, SEARCH_KNOB, Record, Status
 from benchbay.store import point_id
-from benchbay.suite_model import Point, Suite, card_choice, excluded_by
+from benchbay.suite_model import Point, Steps, Suite, card_choice, excluded_by
 from benchbay.workloads import registry
 from benchbay.workloads.base import TrainingWorkload
 
@@ -69,16 +79,26 @@ def derived_metrics(metrics: dict[str, Any], extra: dict[str, Any], world_size: 
     return out
 
 
+#: the measured steps of the warm-up process (its warm-up steps are the suite's): enough to reach the
+#: step's steady code paths, which a cold page cache or allocator makes slow the first time
+WARM_UP_MEASURED = 2
+#: what the manifest keeps of the warm-up process: what the run's first process paid
+WARM_UP_FIGURES = ("build_s", "first_step_s", "step_time_mean_s")
+
+
 class SuiteRunner:
     """``launcher``: where points run (default: this machine); ``peak_flops``: the MFU denominator
     (FLOP/s) for every point instead of the device's from the table in ``benchbay.analysis.mfu``;
     ``time_budget_s``: start no point once the time left is shorter than what it took before on this
     machine (its longest record in any run of the suite), or than the longest point so far where it
-    has none (a job's time limit then ends the sweep between points, not inside one it would lose)."""
+    has none (a job's time limit then ends the sweep between points, not inside one it would lose);
+    ``warm_up``: run the warm-up process (the module docstring) where points run on this machine (a
+    Slurm job may land on another node, which a warm-up here does not warm)."""
 
     def __init__(self, suite: Suite, results_root: str | Path = "results", console: Console | None = None,
                  resume: str | bool = False, launcher: Launcher | None = None, labels: list[str] | None = None,
-                 peak_flops: float | None = None, time_budget_s: float | None = None, retry_failed: bool = False):
+                 peak_flops: float | None = None, time_budget_s: float | None = None, retry_failed: bool = False,
+                 warm_up: bool = True):
         self.suite = suite
         self.retry_failed = retry_failed  # resumed: measure again the points whose records failed
         self.time_budget_s = time_budget_s
@@ -94,6 +114,7 @@ class SuiteRunner:
         self.env = fingerprint()
         self.launcher = launcher or LocalLauncher(Launch.of(suite.devices))
         self.launch = self.launcher.launch
+        self.warm_up = warm_up and isinstance(self.launcher, LocalLauncher)
         self.device = self.launcher.device(suite.devices.type)
         # the card picks params given per card memory class; a launcher that cannot read it from here
         # (Slurm's login node) has no memory_gb, and such params take their smallest class
@@ -156,8 +177,19 @@ class SuiteRunner:
                 raise Unwritable(f"{self.run / store.RECORDS}: {exc}") from exc
         return record
 
+    def warm_up_process(self, point: Point) -> Outcome:
+        """One process of ``point`` (not profiled, its steps cut to ``WARM_UP_MEASURED``) whose
+        figures are discarded: it pays what the first process of a run pays for a cold machine. Its
+        compile cache is its own: the run's (``compile_cache: run``) is the points' to fill, and the
+        first point's compile time a figure."""
+        steps = Steps(warmup=self.suite.steps.warmup, measure=min(self.suite.steps.measure, WARM_UP_MEASURED))
+        spec = replace(self.spec(point), steps=steps, profile=False, stop_below=None, compile_cache_dir=None)
+        return self.launcher.run(spec, self.scratch / "warm-up")
+
     # ---- the sweep ------------------------------------------------------------------------------
     def tasks(self) -> list[tuple[Point, int]]:
+        """Every (point, repeat) in run order: repeat by repeat, each other repeat in reverse (A B C,
+        C B A, A B C...), so that no point always runs first or always after the same one."""
         points = [p for p in self.suite.expand(self.device, self.memory_gb)
                   if not self.labels or any(matches(p, label) for label in self.labels)]
         if self.suite.search:  # one configuration per distinct point without the searched knob
@@ -165,7 +197,7 @@ class SuiteRunner:
             for p in points:
                 seen.setdefault(_config_id(self.suite, p), p)
             points = list(seen.values())
-        return [(p, r) for p in points for r in range(self.suite.repeats)]
+        return [(p, r) for r in range(self.suite.repeats) for p in (points[::-1] if r % 2 else points)]
 
     def _this_machines(self, run: Path) -> list[Record]:
         """A run's records measured on this machine: another host's say nothing of this one's."""
@@ -210,6 +242,7 @@ class SuiteRunner:
         started, longest = time.perf_counter(), 0.0
         took_before = self._durations_before() if self.time_budget_s is not None else {}
         not_started: list[str] = []
+        warm_pending = self.warm_up  # until this call's first point that runs here
 
         def report(record: Record) -> None:  # as each record lands: a long search shows its probes
             summary.counts[record.status] = summary.counts.get(record.status, 0) + 1
@@ -225,7 +258,10 @@ class SuiteRunner:
                         progress.advance(measured=False)
                         continue
                     left = None if self.time_budget_s is None else self.time_budget_s - (time.perf_counter() - started)
-                    need = took_before.get(point.point_id, longest)
+                    warms = warm_pending and not (point.excluded or cannot_run(point, self.device,
+                                                                              self.launch.world_size))
+                    # the warm-up process runs the same point, fewer steps: at most as long again
+                    need = took_before.get(point.point_id, longest) * (2 if warms else 1)
                     if left is not None and left < need:
                         # a shorter point further on may still fit: left for a resume, not lost
                         summary.out_of_time = True
@@ -233,6 +269,13 @@ class SuiteRunner:
                         progress.advance(measured=False)
                         continue
                     progress.start(i, point.label or f"point {point.index}")
+                    if warms:
+                        warm_pending = False
+                        outcome = self.warm_up_process(point)
+                        manifest["warm_up"] = {"point_id": point.point_id, "label": point.label,
+                                               "status": outcome.status, "reason": outcome.reason,
+                                               **{k: outcome.metrics.get(k) for k in WARM_UP_FIGURES}}
+                        progress.result(describe_warm_up(point.label or point.point_id, outcome))
                     if self.suite.search:
                         records = self._search(point, repeat, report)
                     else:

@@ -207,9 +207,9 @@ class Suite:
                 for zipped in zip_rows:
                     varied = {**dict(zip(grid_keys, values, strict=True)), **zipped}
                     knobs = {**defaults, **own_knobs, **explicit, **varied}
-                    full_label = label
-                    if label and varied:
-                        full_label = label + " " + " ".join(f"{k}={v}" for k, v in varied.items())
+                    # a point without a label is named by its knobs (never by its hash in errors and tables)
+                    named = varied if label else {**explicit, **varied}
+                    full_label = " ".join(filter(None, [label, *(f"{k}={v}" for k, v in named.items())])) or None
                     out.append(Point(len(out), full_label, workload, params, knobs,
                                      point_id(workload, params, knobs, self.world_size),
                                      excluded_by(self.exclude, knobs)))

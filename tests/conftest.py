@@ -47,8 +47,8 @@ def cli_env():
 class InProcessLauncher(LocalLauncher):
     """Each point through the worker's own ``run`` in this process: for the tests of the runner's
     logic (search, resume, labels, budgets, snapshots), which need its records, not the ~3 s of a
-    fresh process importing torch. A crash or a hang would take pytest down with it: the failure
-    modes keep their tests through real processes (test_runner's fault suite)."""
+    fresh process importing torch. A crash or a hang would take pytest down with it: those keep
+    their tests through real processes (test_runner)."""
 
     def run(self, spec: PointSpec, workdir: Path) -> Outcome:
         from benchbay.launch import process, worker
@@ -68,6 +68,16 @@ def in_process():
     return InProcessLauncher()
 
 
+@pytest.fixture
+def gloo_group(tmp_path):
+    """A one-process gloo group in this process: the sharding knobs' code paths without torchrun."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
 def pytest_runtest_setup(item):
     """The one GPU skip: a test marked ``gpu`` runs only where CUDA is (on the GPU machine)."""
     if item.get_closest_marker("gpu") is not None:
@@ -78,12 +88,13 @@ def pytest_runtest_setup(item):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The tests that start points' processes (those run from the repository root, ``in_repo``) first,
-    the slow-marked ones before them: under pytest-xdist the long tests start early and the short
-    ones fill in around them, instead of one long test running alone at the end. A stable sort of
-    the same collection in every worker (xdist requires the same order everywhere)."""
+    """The tests that start points' processes (those run from the repository root, ``in_repo``) and
+    the slow-marked ones first, those that are both before them: under pytest-xdist the long tests
+    start early and the short ones fill in around them, instead of one long test running alone at
+    the end. A stable sort of the same collection in every worker (xdist requires the same order
+    everywhere)."""
     def weight(item) -> int:
         spawns = "in_repo" in getattr(item, "fixturenames", ())
-        return -(spawns + (spawns and item.get_closest_marker("slow") is not None))
+        return -(spawns + (item.get_closest_marker("slow") is not None))
 
     items.sort(key=weight)

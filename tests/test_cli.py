@@ -5,14 +5,16 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from benchbay import store
 from benchbay.cli import main
+from benchbay.knobs import GENERIC
 from benchbay.record import Record, Status
-from tests.conftest import TINY, benchbay_cmd, write_suite
+from tests.conftest import ROOT, TINY, benchbay_cmd, write_suite
 
 
 def run(args, env, cwd):
@@ -38,7 +40,7 @@ knobs: {{mbs: two, warp_speed: 9}}
     assert not (tmp_path / "res").exists()  # nothing ran
 
 
-def test_validate_counts_points_and_list_shows_knobs(tmp_path, in_repo, capsys):
+def test_validate_counts_points_and_list_shows_knobs(tmp_path, in_repo, capsys, monkeypatch):
     good = write_suite(tmp_path / "good.yaml", f"""
 name: good
 workload: {{name: "{TINY}"}}
@@ -47,10 +49,13 @@ sweep: {{grid: {{mbs: [1, 2, 3]}}, exclude: [{{mbs: 3}}]}}
     # in this process: a fresh `benchbay list` imports every workload (~10 s of CPU on 2 cores)
     assert main(["validate", str(good), "--set", "repeats=2"]) == 0
     assert "3 points (1 excluded) x 2 repeats" in capsys.readouterr().out.replace("\n", " ")
+    monkeypatch.setenv("COLUMNS", "80")  # the terminal's width (a pipe's here): list wraps to it, cutting nothing
     assert main(["list"]) == 0
     listing = capsys.readouterr().out
     for word in ("dreamzero", "wallx", "decode", "recompute", "sharding", "fsdp2_grad_op", "suites/"):
         assert word in listing
+    assert max(map(len, listing.splitlines())) <= 80 and "…" not in listing
+    assert all(word in listing for word in GENERIC["precision"].help.split())
 
 
 def test_run_then_show(tmp_path, in_repo, cli_env):
@@ -86,6 +91,14 @@ def test_help_is_for_users():
     assert "parses arguments" not in out.stdout
 
 
+def test_a_python_without_the_dependencies_is_told_how_to_install_them():
+    # -S: no site-packages, as a system python3 without the project (rich is the first import missing)
+    out = subprocess.run([sys.executable, "-S", "-m", "benchbay", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert "lacks 'rich'" in out.stderr and "bash .ci/setup" in out.stderr and "pip install -e ." in out.stderr
+
+
 @pytest.fixture
 def one_run(tmp_path):
     run = store.run_dir(tmp_path / "res", "tiny", "r1")
@@ -115,6 +128,22 @@ def test_gate_without_a_baseline_says_so_in_its_verdict(one_run, tmp_path, capsy
     assert (tmp_path / "gate.md").read_text().startswith("### benchbay gate: ⚠️ no baseline")
     assert main(["gate", "tiny", "--results", str(one_run), "--require-baseline"]) == 1
     assert "FAIL: no baseline" in capsys.readouterr().out
+
+
+def test_a_baseline_is_saved_under_the_name_the_gate_looks_for(one_run, capsys):
+    assert main(["baseline", "save", "tiny", "--results", str(one_run)]) == 0  # the suite's name
+    saved = one_run / "baselines" / "cpu-x" / "tiny"
+    assert (saved / "records.jsonl").is_file() and "`benchbay gate RUN`" in capsys.readouterr().out
+    assert main(["gate", "tiny", "--results", str(one_run)]) == 0
+    out = capsys.readouterr().out
+    assert f"baseline: {saved}\n" in out and "no baseline" not in out
+    assert main(["baseline", "save", "tiny", "--name", "main", "--results", str(one_run)]) == 0
+    assert "`benchbay gate RUN --baseline main`" in capsys.readouterr().out  # another name: said how to gate on it
+    other = store.run_dir(one_run, "other", "r2")
+    store.append_record(other, Record(suite="other", run_id="r2", point_id="p", label="a", workload="w",
+                                      knobs={"mbs": 1}, status=Status.OK, env={"machine_key": "cpu-x"}))
+    assert main(["baseline", "save", "tiny", "other", "--results", str(one_run)]) == 2
+    assert "--name: the runs hold 2 suites (other, tiny)" in capsys.readouterr().err
 
 
 def test_profile_command_writes_traces(tmp_path, in_repo, capsys):
@@ -182,6 +211,22 @@ def test_piped_show_fits_columns_by_cutting_its_long_texts(one_run, capsys, monk
     assert main(["show", "tiny", "--results", str(one_run)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) <= 100 and any("ValueError: a long" in line and "..." in line for line in lines)
+
+
+def test_show_says_why_mfu_is_absent(one_run, capsys, monkeypatch):
+    run = store.run_dir(one_run, "tiny", "r1")
+    store.append_record(run, Record(suite="tiny", run_id="r1", point_id="q", label="b", workload="w", knobs={"mbs": 2},
+                                    status=Status.OK, device="cpu", env={"machine_key": "cpu-x"},
+                                    metrics={"step_time_s": 0.1, "samples_per_s_per_gpu": 20.0,
+                                             "flops_per_sample": 1e9},
+                                    series={"step_times_s": [0.1, 0.1, 0.1]}))
+    assert main(["show", "tiny", "--results", str(one_run)]) == 0
+    out = capsys.readouterr().out  # b gives its FLOPs but ran on a CPU, which has no peak (a gives none: no MFU due)
+    assert "MFU: absent for b (no peak FLOP/s for a CPU: BENCHBAY_PEAK_TFLOPS=<TFLOP/s> gives every point one)" in out
+    monkeypatch.setenv("BENCHBAY_PEAK_TFLOPS", "1")  # b's MFU: 20 GFLOP/s of 1 TFLOP/s
+    assert main(["show", "tiny", "--results", str(one_run)]) == 0
+    out = capsys.readouterr().out
+    assert "MFU: absent" not in out and "2.0%" in out
 
 
 def test_a_mistyped_suite_gets_a_did_you_mean(one_run, capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -21,11 +22,15 @@ import torch
 
 from benchbay.decode import clips
 from benchbay.decode.backends import BACKENDS, MODES, DecodeError, Decord2, Settings, backend
-from benchbay.decode.clips import PRESETS, VideoDataset, source_frame, write_dataset
+from benchbay.decode.clips import PRESETS, DatasetFormatError, VideoDataset, source_frame, write_dataset
+from benchbay.decode.folder import open_videos
 from benchbay.decode.loader import SampleDecoder
 from benchbay.decode.measure import FRAME_TOLERANCE, fingerprint, mean_abs_diff
 from benchbay.decode.patterns import PATTERNS, DreamZeroClip
+from benchbay.launch.base import PointSpec
+from benchbay.suite import Steps
 from benchbay.workloads.decode import Decode
+from tests.conftest import InProcessLauncher
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {
@@ -200,7 +205,7 @@ def test_decord2_runs_in_its_own_process(datasets, tmp_path):
 
 def test_torchcodec_opens_with_pyavs_ffmpeg_only(datasets, tmp_path):
     """The GPU host has no FFmpeg but PyAV's, its libraries linked under their plain sonames on
-    LD_LIBRARY_PATH (../shared/tools/device-env.sh): torchcodec opens clips there in a fresh process
+    LD_LIBRARY_PATH (tools/device-env.sh): torchcodec opens clips there in a fresh process
     (a DataLoader worker's situation), which needs PyAV's libraries loaded first."""
     libs = Path(av.__file__).parents[1] / "av.libs"
     if "torchcodec" not in IN_PROCESS or not libs.is_dir():
@@ -375,6 +380,91 @@ def test_a_window_shorter_than_the_workers_backlog_gives_no_rate(datasets, monke
                  steps=6)  # warm-up 1 x (4 + 1) samples, then 1 measured sample < the backlog of 4
     assert extra["measured_samples"] == 1
     assert extra["loader_samples_per_s"] is None and "backlog of 4" in extra["loader_rate_note"]
+
+
+# ---- one's own videos ----------------------------------------------------------------------------
+
+def _plain_folder(ds: VideoDataset, root: Path, cameras: list[str] | None = None) -> Path:
+    """The dataset's videos as a plain folder: a subfolder per camera (its files at the top with
+    one camera), each episode a file of one name."""
+    for camera in cameras or ds.cameras:
+        folder = root / camera if cameras is None else root
+        folder.mkdir(parents=True, exist_ok=True)
+        for episode in range(ds.episodes):
+            (folder / f"ep{episode}.mp4").write_bytes(ds.video_path(camera, episode).read_bytes())
+    return root
+
+
+def _workload(root: Path, knobs: dict, steps: int = 4) -> dict:
+    workload = Decode({"root": str(root)}, {"seed": 3, **knobs}, torch.device("cpu"))
+    assert workload.skip_reason() is None
+    workload.setup()
+    for i in range(steps):
+        workload.step(i)
+    return workload.extra_metrics()
+
+
+def test_a_plain_folder_of_videos_is_a_dataset(datasets, tmp_path):
+    ds = datasets["droid"]
+    own = open_videos(_plain_folder(ds, tmp_path / "own"))
+    assert own.layout == "folder" and own.cameras == ds.cameras and own.lengths == ds.lengths and own.fps == ds.fps
+    assert {own.codec(camera) for camera in own.cameras} == {"h264"}
+    assert own.info["features"][own.cameras[0]]["shape"] == [64, 96, 3]
+    one = open_videos(_plain_folder(ds, tmp_path / "one", cameras=[ds.cameras[0]]))
+    assert one.cameras == ["video"] and one.lengths == ds.lengths
+    # the workload asks it for the frames it asks the LeRobot dataset for, and gets the same ones
+    knobs = {"backend": "pyav", "pattern": "dreamzero"}
+    extra, lerobot = _workload(own.root, knobs), _workload(ds.root, knobs)
+    assert extra["layout"] == "folder" and extra["cameras"] == 3 and extra["frames"] == lerobot["frames"] > 0
+    assert extra["frame_fingerprint"] == lerobot["frame_fingerprint"] and extra["source_mad"] is None
+
+
+def test_a_folder_that_is_neither_is_an_error_naming_it(datasets, tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("no videos here")
+    with pytest.raises(DatasetFormatError, match=rf"{tmp_path / 'notes'}: neither a LeRobot dataset \(no "
+                                                 r"meta/info\.json\) nor a folder of video files \(\.mp4"):
+        open_videos(tmp_path / "notes")
+    with pytest.raises(DatasetFormatError, match=rf"{tmp_path / 'nowhere'}: no such folder"):
+        open_videos(tmp_path / "nowhere")
+    uneven = _plain_folder(datasets["droid"], tmp_path / "uneven")
+    (uneven / datasets["droid"].cameras[1] / "ep1.mp4").rename(uneven / datasets["droid"].cameras[1] / "ep9.mp4")
+    with pytest.raises(DatasetFormatError, match=r"hold different episodes \(ep1\.mp4, ep9\.mp4\)"):
+        open_videos(uneven)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "ep0.mp4").write_bytes(b"not a video")
+    with pytest.raises(DatasetFormatError, match=r"broken/ep0\.mp4: not a video PyAV can read"):
+        open_videos(tmp_path / "broken")
+
+
+def test_the_docs_least_v3_info_json_is_read(tmp_path):
+    """docs/decoders.md's least info.json, over a v3.0 dataset of its camera, shape, codec and rate."""
+    (block,) = re.findall(r"```json\n(.*?)```", (REPO / "docs" / "decoders.md").read_text(), re.S)
+    info = json.loads(block)
+    (camera,) = info["features"]
+    spec = PRESETS["droid"].replace(cameras=(camera,), episode_frames=12, episodes=2, layout="v3.0",
+                                    episodes_per_file=2)
+    root = write_dataset(tmp_path / "v3", spec, seed=0)
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    ds = open_videos(root)
+    assert ds.layout == "v3.0" and ds.cameras == [camera] and ds.lengths == (12, 12) and ds.first_frame(camera, 1) == 12
+    assert ds.content()["kb_per_frame"] > 0
+
+
+def test_a_bad_dataset_fails_before_any_step(datasets, tmp_path):
+    """A LeRobot dataset whose info.json lacks a camera's codec: the point ends in an error naming
+    the file and key, and no step ran (no results thrown away after them)."""
+    root = tmp_path / "bad"
+    shutil.copytree(datasets["droid"].root, root)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    camera = datasets["droid"].cameras[0]
+    del info["features"][camera]["info"]
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    spec = PointSpec(workload="decode", params={"root": str(root)}, knobs={"backend": "pyav"},
+                     steps=Steps(warmup=1, measure=2), device="cpu", timeout=120)
+    out = InProcessLauncher().run(spec, tmp_path / "point")
+    assert out.status == "error" and f"info.json: key 'features.{camera}.info.video.codec'" in out.reason
+    assert not out.series.get("step_times_s")
 
 
 @pytest.mark.parametrize("suite", ["decoders.yaml", "decoders-cpu.yaml"])

@@ -39,6 +39,22 @@ def test_change_is_explained_by_its_phase_and_family_and_noise_is_not_a_cause():
     assert d.rows[0]["name"] == "backward"  # the largest phase change first
 
 
+def test_phases_that_move_apart_share_their_summed_changes_not_the_steps():
+    """forward +6 ms and backward -4 ms of a step 2 ms slower: 60% and -40% of what moved, never 300%
+    of the step's change, and the markdown says what the shares are of and what the changes add to."""
+    a, b = _record("a", 0.10, 0.05, 0.04), _record("b", 0.102, 0.01, 0.04)
+    b["extra"]["phases"]["forward"] = 0.08
+    d = diff(a, b)
+    shares = {r["name"]: r["share"] for r in d.rows if r["kind"] == "phase"}
+    assert shares["forward"] == pytest.approx(0.6) and shares["backward"] == pytest.approx(-0.4)
+    assert all(abs(r["share"]) <= 1 for r in d.rows if not np.isnan(r["share"]))
+    assert d.summed["phase"] == pytest.approx(0.02)
+    text = format_markdown(d)
+    assert "| forward | 20.00 | 80.00 | +60.00 | 60% |" in text and "300%" not in text
+    assert "share of Σ|Δ|: a row's change over the absolute changes of its kind added up" in text
+    assert "add up to +20.00 ms (phases), 0 ms (op families) against the median step's +2.00 ms" in text
+
+
 def test_a_profile_without_family_totals_is_compared_by_phase_alone():
     # records of before profile_families kept their top 15 kernels: one that fell out of the list
     # would read as a saving of its whole time

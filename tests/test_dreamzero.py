@@ -69,6 +69,13 @@ def test_tiny_preset_trains(name):
     assert losses[-1] < losses[0]
 
 
+def test_ddp_over_one_rank_trains_like_no_sharding(gloo_group):
+    """A trainable parameter the loss left unused would fail DDP's second step, on one rank as on
+    two (FSDP2 over two ranks: test_distributed)."""
+    reference = train(make(), steps=3, lr=1e-3)
+    assert train(make(sharding="ddp"), steps=3, lr=1e-3) == pytest.approx(reference, rel=1e-5)
+
+
 def test_batch_shapes_and_determinism():
     workload = make()
     workload.build()
@@ -282,11 +289,6 @@ def test_flex_matches_sdpa():
     torch.testing.assert_close(losses["flex"], losses["sdpa"], rtol=1e-4, atol=1e-5)
 
 
-def gpu(test):
-    """A test of the GPU path: skipped without a CUDA device (tests/conftest.py), run on the GPU machine."""
-    return pytest.mark.gpu(test)
-
-
 def _gpu_step(knobs: dict, steps: int = 3) -> list[float]:
     """The harness's step on the GPU, tiny preset; returns the losses."""
     device = torch.device("cuda")
@@ -307,12 +309,12 @@ def _gpu_step(knobs: dict, steps: int = 3) -> list[float]:
     {"attention": "blockwise", "cuda_graph": "attention", "recompute": "full", "recompute_impl": "reentrant",
      "kernels": "official", "host_syncs": "official", "precision": "bf16"},
 ], ids=["flex", "sdpa", "blockwise-reentrant"])
-@gpu
+@pytest.mark.gpu
 def test_gpu_graphed_attention_steps(knobs):
     _gpu_step(knobs)
 
 
-@gpu
+@pytest.mark.gpu
 def test_gpu_host_syncs_are_the_official_ones_only():
     """host_syncs=none: the transformer and flow matching never wait for the GPU; official: they do
     (CUDA's sync debug mode raises on a synchronising call)."""
@@ -340,7 +342,7 @@ def test_gpu_host_syncs_are_the_official_ones_only():
     {"cuda_graph": "off", "recompute_impl": "non_reentrant"},
     {"cuda_graph": "attention", "recompute_impl": "reentrant"},
 ], ids=["eager", "graphed"])
-@gpu
+@pytest.mark.gpu
 def test_gpu_host_syncs_change_no_loss(graphs):
     """The same draws through the CPU or on the device: the same losses. (dreamzero-5b's stored
     +no_host_syncs points of run 5365 started from 6.671 against 7.367: they predate the schedule
@@ -350,7 +352,7 @@ def test_gpu_host_syncs_change_no_loss(graphs):
     assert none == pytest.approx(official, rel=1e-3)
 
 
-@gpu
+@pytest.mark.gpu
 def test_gpu_selective_recompute_keeps_flex_attention():
     """FlexAttention's outputs are in the selective save list: backward runs no flex forward
     (compiled blocks: eager selective checkpointing would run flex uncompiled, so it is refused)."""

@@ -7,17 +7,16 @@ import numpy as np
 import pytest
 
 from benchbay.analysis.breakdown import waterfall
-from benchbay.analysis.compare import CompareOptions, compare
+from benchbay.analysis.compare import compare
 from benchbay.analysis.cost import ABSENT, NO_PRICE, cost_notes, cost_per_million_samples, prices
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.tables import KEY_COLUMNS, point_summary, sweep_table
 from benchbay.cli import main
 from benchbay.collect import nvml
 from benchbay.collect.energy import EnergyMeter
-from benchbay.record import Record
-from benchbay.store import append_record, write_manifest
 from benchbay.suite import SuiteError, from_dict
 from benchbay.suite_model import SuiteMeta
+from tests.fixtures.records import record, write_run
 
 
 def _zone(root, name, uj):
@@ -80,10 +79,9 @@ def records(run_id="r", slowdown=0.0, energy=True, seed=0):
             if energy and label == "base":
                 metrics |= {"energy_j_per_sample": 2.0 * (1 + slowdown), "energy_watts": 40.0}
                 extra = {"energy_source": "rapl"}
-            out.append({"schema": 1, "suite": "toy", "run_id": run_id, "point_id": label, "label": label,
-                        "repeat": repeat, "workload": "toy", "params": {}, "knobs": {"opt": label}, "status": "ok",
-                        "metrics": metrics, "series": {"step_times_s": times.tolist()}, "extra": extra,
-                        "env": ENV, "world_size": 1})
+            out.append(record(suite="toy", run_id=run_id, point_id=label, label=label, repeat=repeat,
+                              knobs={"opt": label}, metrics=metrics, series={"step_times_s": times.tolist()},
+                              extra=extra, env=ENV))
     return out
 
 
@@ -132,7 +130,7 @@ def test_the_suite_key_is_typed_and_validated():
 
 def test_compare_gives_each_point_its_cost_from_its_throughput_and_its_energy():
     table = compare(records_to_frame(records()), records_to_frame(records("c", slowdown=0.1, seed=1)),
-                    price_per_gpu_hour=2.5, options=CompareOptions(n_boot=300))
+                    price_per_gpu_hour=2.5)
     base = table[table["point"] == "base"].set_index("metric")
     rate, cost = base.loc["samples_per_s_per_gpu"], base.loc["cost_per_m_samples"]
     for side in ("baseline", "candidate"):
@@ -145,8 +143,7 @@ def test_compare_gives_each_point_its_cost_from_its_throughput_and_its_energy():
     assert base.loc["power", "verdict"] == "no change"
     fast = table[table["point"] == "+fast"].set_index("metric")
     assert "energy_per_sample" not in fast.index  # neither side has it
-    assert "cost_per_m_samples" not in set(compare(records_to_frame(records()), records_to_frame(records()),
-                                                   options=CompareOptions(n_boot=100))["metric"])
+    assert "cost_per_m_samples" not in set(compare(records_to_frame(records()), records_to_frame(records()))["metric"])
 
 
 def test_the_breakdown_carries_cost_and_energy():
@@ -160,12 +157,8 @@ def test_the_breakdown_carries_cost_and_energy():
 
 
 def _store(root, run_id, price=None, **kwargs):
-    run = root / "toy" / run_id
     suite = {"name": "toy"} | ({"price_per_gpu_hour": price} if price is not None else {})
-    write_manifest(run, {"suite": "toy", "run_id": run_id, "env": ENV, "suite_as_run": suite})
-    for record in records(run_id, **kwargs):
-        append_record(run, Record.from_json(record))
-    return run
+    return write_run(root, records(run_id, **kwargs), {"suite_as_run": suite})
 
 
 def test_show_report_and_compare_take_the_suites_price_or_the_command_lines(tmp_path, capsys):
@@ -238,14 +231,14 @@ def test_every_mfu_names_its_peak_the_machines_probe_first():
     assert list(sweep_table(summary, KEY_COLUMNS)["mfu_peak"])[:3] == list(peak_label_column(rows))[:3]
 
 
-def test_repeats_from_hosts_of_two_probes_pool_into_an_mfu_over_one_peak():
-    # one point measured on two H200 hosts whose GEMM probes differ: the pooled measured-peak MFU is
-    # over the peak the point names, in step with its datasheet MFU
+def test_a_point_measured_on_hosts_of_two_probes_reads_its_newest_runs_mfu_over_its_peak():
+    # one point measured on two H200 hosts whose GEMM probes differ: its figure is its newest run's
+    # (older runs are history), the measured-peak MFU over that run's peak, beside its datasheet MFU
     rows = records_to_frame([
         {"label": "p", "run_id": "a", "env": {"gpu": "NVIDIA H200", "gemm_tflops": 800.0}},
         {"label": "p", "run_id": "b", "env": {"gpu": "NVIDIA H200", "gemm_tflops": 650.0}},
     ]).assign(flops_per_sample=1e12, samples_per_s_per_gpu=400.0)
     summary = point_summary(rows.assign(suite="s", point_id="p", status="ok", workload="w")).iloc[0]
-    assert summary["mfu_peak"] == "800 TFLOP/s (GEMM probe)"
-    assert summary["mfu"] == pytest.approx(4e14 / 800e12)
+    assert summary["mfu_peak"] == "650 TFLOP/s (GEMM probe)"
+    assert summary["mfu"] == pytest.approx(4e14 / 650e12)
     assert summary["mfu_datasheet"] == pytest.approx(4e14 / 989e12)

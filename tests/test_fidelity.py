@@ -1,17 +1,29 @@
 """Update fidelity and the optimizer knob: the rule calls round-to-nearest bf16 at lr 1e-5 lossy and
 fp32 master weights and stochastic rounding faithful; each optimizer steps and keeps the state it
-says; the harness records the verdict; an equivalent group fails on a lossy point."""
+says; the harness records the verdict; an equivalent group fails on a lossy point. Compute fidelity:
+identical compute is faithful, a planted change of the gradients is caught, what cannot be compared
+or does not fit is said, the measured steps train as if it never ran, and the record keeps it."""
+
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
 from benchbay import knobs as knob_table
-from benchbay.analysis.tables import fidelity_label, loss_agreement
-from benchbay.analysis.update_fidelity import verdict
+from benchbay.analysis.frame import records_to_frame
+from benchbay.analysis.tables import KEY_COLUMNS, fidelity_label, loss_agreement, point_summary
+from benchbay.analysis.update_fidelity import verdict, with_compute
+from benchbay.collect import compute_fidelity
 from benchbay.collect.fidelity import UpdateFidelity, hyper_of
 from benchbay.knobs import optimizer as optimizer_knob
 from benchbay.knobs import sr_adamw, training
+from benchbay.launch.base import PointSpec
+from benchbay.record import FIGURES, Record
+from benchbay.suite import Steps
+from benchbay.workloads import registry
+from tests.conftest import TINY, InProcessLauncher
 from tests.fixtures.tinywork import Tiny
 
 CPU = torch.device("cpu")
@@ -213,3 +225,167 @@ def test_a_training_point_without_a_fidelity_sample_says_so():
     group = pd.DataFrame({"name": ["a", "b"], "losses": [[1.0, 0.9], [1.0, 0.9]],
                           "fidelity": ["not recorded", "not recorded"]})
     assert loss_agreement(group)["within_tolerance"].tolist() == ["yes", "yes"]  # the losses decide
+
+
+def measured(workload, values, perturb=None):
+    """Compute fidelity of a prepared step after one warm-up step; ``perturb(step)`` changes the
+    point's own compute after the reference was captured."""
+    step = training.prepare(workload, values, CPU)
+    step(workload.batch(0))
+    if perturb:
+        perturb(step)
+    step.fidelity.start_window()
+    return step.fidelity.compute.summary()
+
+
+def tiny(**overrides):
+    values = {**knob_table.defaults_for(Tiny), "precision": "bf16_mixed", **overrides}
+    return Tiny({"width": 32, "depth": 3}, values, CPU), values
+
+
+def test_identical_compute_is_faithful():
+    out = measured(*tiny())
+    assert out["extra"]["compute_fidelity"] == "faithful"
+    assert out["metrics"]["compute_gradient_cosine"] == pytest.approx(1.0, abs=1e-12)
+    assert out["metrics"]["compute_gradient_error"] == 0.0
+    groups = out["extra"]["compute_fidelity_groups"]
+    assert set(groups) == {"blocks.weights", "blocks.vectors", "rest.weights", "rest.vectors"}
+    assert sum(g["tensors"] for g in groups.values()) == out["metrics"]["compute_sampled_tensors"] == 8  # all of them
+    assert "eager, bf16_mixed, recompute=off" in out["extra"]["compute_fidelity_sample"]
+
+
+def test_a_scaled_gradient_is_caught():
+    def scale_block_weights(step):  # the point's own backward makes 1.5x the gradients of the blocks' weights
+        for block in step.model[:-1]:
+            block.linear.weight.register_hook(lambda g: g * 1.5)
+
+    out = measured(*tiny(), perturb=scale_block_weights)
+    groups = out["extra"]["compute_fidelity_groups"]
+    assert groups["blocks.weights"]["relative_error"] == pytest.approx(0.5, rel=1e-5)
+    assert groups["blocks.weights"]["cosine"] == pytest.approx(1.0, abs=1e-9)  # the direction: unchanged
+    assert groups["rest.weights"]["relative_error"] == 0.0
+    assert out["extra"]["compute_fidelity"] == "lossy"
+
+
+def test_planted_noise_in_the_forward_is_caught():
+    noise = torch.randn(8, 32, generator=torch.Generator().manual_seed(1))  # drawn before: not the steps' draws
+
+    def noisy_first_block(step):
+        step.model[0].register_forward_hook(lambda module, args, out: out + noise[: out.shape[0]])
+
+    workload, values = tiny(mbs=8)
+    out = measured(workload, values, perturb=noisy_first_block)
+    assert out["metrics"]["compute_gradient_cosine"] < compute_fidelity.COSINE_MIN
+    assert out["extra"]["compute_fidelity"] == "lossy"
+
+
+def test_other_random_draws_are_said_rather_than_compared():
+    def draws(step):  # as compiled random ops draw from inductor's generator, not eager's
+        step.model[0].register_forward_hook(lambda module, args, out: out + 0 * torch.rand(1))
+
+    out = measured(*tiny(), perturb=draws)
+    assert "random numbers" in out["extra"]["compute_fidelity_skipped"]
+    assert "compute_fidelity" not in out["extra"] and "metrics" not in out
+
+
+def test_a_reference_that_does_not_fit_is_skipped_with_the_reason(monkeypatch):
+    monkeypatch.setattr(compute_fidelity, "_free_bytes", lambda device: 0)
+    cls = registry.resolve("dreamzero")
+    values = {**knob_table.defaults_for(cls), "precision": "bf16", "attention": "sdpa"}
+    out = measured(cls({"preset": "dreamzero-tiny"}, values, CPU), values)  # its norms' fp32 copies need memory
+    assert out["extra"]["compute_fidelity_skipped"].startswith("not measured: the reference's weight copies")
+    assert "GiB are free" in out["extra"]["compute_fidelity_skipped"]
+
+
+@pytest.mark.parametrize("name, params, knobs", [
+    ("wallx", {"preset": "wallx-tiny"}, {"attention": "sdpa", "vision_attention": "sdpa"}),  # draws in its forward
+    ("dreamzero", {"preset": "dreamzero-tiny"}, {"attention": "sdpa"}),
+])
+def test_workloads_are_faithful_to_themselves_and_train_as_if_it_never_ran(name, params, knobs):
+    cls = registry.resolve(name)
+    values = {**knob_table.defaults_for(cls), "precision": "bf16_mixed", "recompute": "full", **knobs}
+    losses = []
+    for measure in (True, False):
+        torch.manual_seed(0)
+        workload = cls(params, values, CPU)
+        step = training.prepare(workload, values, CPU)
+        step(workload.batch(0))
+        if measure:
+            step.fidelity.start_window()
+            out = step.fidelity.compute.summary()
+        losses.append([float(step(workload.batch(i))[0]) for i in (1, 2)])
+    assert out["extra"]["compute_fidelity"] == "faithful"
+    assert out["metrics"]["compute_gradient_cosine"] == pytest.approx(1.0, abs=1e-12)
+    assert losses[0] == losses[1]  # the same random draws and weights after it: the steps do not see it
+
+
+def test_pure_bf16_weights_are_compared_against_fp32_weights():
+    cls = registry.resolve("dreamzero")
+    values = {**knob_table.defaults_for(cls), "precision": "bf16", "attention": "sdpa"}
+    out = measured(cls({"preset": "dreamzero-tiny"}, values, CPU), values)
+    # its norms and modulation in bf16 move the gradients a little, not beyond the rule
+    assert 0.99 < out["metrics"]["compute_gradient_cosine"] < 1.0
+    assert out["extra"]["compute_fidelity"] == "faithful"
+
+
+def test_the_record_keeps_compute_fidelity_and_show_says_it(tmp_path):
+    spec = PointSpec(workload=TINY, params={}, knobs={"precision": "bf16_mixed"}, steps=Steps(warmup=1, measure=2),
+                     device="cpu", timeout=300)
+    out = InProcessLauncher().run(spec, Path(tempfile.gettempdir()))
+    assert out.status == "ok", out.reason
+    assert {"compute_gradient_cosine", "compute_gradient_error", "compute_sampled_tensors"} <= FIGURES
+    assert out.metrics["compute_gradient_cosine"] == pytest.approx(1.0, abs=1e-12)
+    assert out.extra["compute_fidelity"] == "faithful" and out.extra["fidelity"] == "faithful"
+    record = Record(suite="s", run_id="r", point_id="p", workload=TINY, knobs=spec.knobs, status=out.status,
+                    metrics=out.metrics, series=out.series, extra=out.extra)
+    back = Record.from_json(record.to_json())
+    assert back.metrics["compute_gradient_error"] == 0.0
+    assert back.extra["compute_fidelity_groups"] == out.extra["compute_fidelity_groups"]
+    row = point_summary(records_to_frame([back.to_json()])).iloc[0]
+    assert "fidelity" in KEY_COLUMNS and row["fidelity"] == "faithful (1.00); compute faithful (1.0000)"
+
+
+@pytest.mark.slow
+def test_two_fsdp2_ranks_gather_and_average_what_they_compare(tmp_path, in_repo, monkeypatch):
+    from tests.test_distributed import run_suite
+
+    records = run_suite(tmp_path, monkeypatch, "compute-2proc", f"""
+workload: {{name: "{TINY}"}}
+knobs: {{precision: bf16_mixed, sharding: fsdp2_full}}
+steps: {{warmup: 1, measure: 2}}
+timeout: 180
+devices: {{type: cpu, nproc: 2}}
+""")
+    (record,) = records
+    assert record["status"] == "ok", record["reason"]
+    assert record["extra"]["compute_fidelity"] == "faithful"
+    assert record["metrics"]["compute_gradient_cosine"] == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.gpu
+def test_its_passes_stay_out_of_the_measured_peak_memory(monkeypatch):
+    reference_pass = compute_fidelity.ComputeFidelity._reference_gradients
+
+    def with_a_gib_more(self, batch):  # a reference far larger than the point's step
+        held = torch.empty(1 << 28, device="cuda")  # noqa: F841 (held through the pass)
+        return reference_pass(self, batch)
+
+    monkeypatch.setattr(compute_fidelity.ComputeFidelity, "_reference_gradients", with_a_gib_more)
+
+    def peak(measure: bool) -> float:
+        if not measure:
+            monkeypatch.setattr(compute_fidelity.ComputeFidelity, "measure", lambda self, step: None)
+        spec = PointSpec(workload=TINY, params={"width": 1024}, knobs={"precision": "bf16", "mbs": 64},
+                         steps=Steps(warmup=1, measure=2), device="cuda", timeout=300)
+        out = InProcessLauncher().run(spec, Path(tempfile.gettempdir()))
+        assert out.status == "ok", out.reason
+        assert ("compute_fidelity" in out.extra) == measure
+        return out.metrics["peak_mem_allocated_gib"]
+
+    assert peak(True) == pytest.approx(peak(False), abs=1 / 1024)  # GiB: the reference's GiB is not in it
+
+
+def test_the_fidelity_cell_shows_the_compute_verdict_beside():
+    assert with_compute("faithful (1.00)", "lossy", 0.97123) == "faithful (1.00); compute lossy (0.9712)"
+    assert with_compute("faithful (1.00)", None, float("nan")) == "faithful (1.00)"  # older records
+    assert with_compute("lossy (0.15)", "faithful", float("nan")) == "lossy (0.15); compute faithful"

@@ -6,7 +6,6 @@ significant, and every figure is drawn with its legends inside its canvas."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from benchbay.analysis import plots
 from benchbay.analysis.breakdown import waterfall
-from benchbay.analysis.compare import METRICS, CompareOptions, MatchedPoint, compare, compare_metric
+from benchbay.analysis.compare import METRICS, MatchedPoint, compare, compare_metric
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.history import history
 from benchbay.analysis.tables import point_summary
@@ -211,10 +210,11 @@ def test_a_history_regression_is_significant_in_compare_and_a_noisy_step_is_not_
             assert compare_metric(point, METRICS["step_time"]).verdict == "slower"
 
 
-def test_compare_takes_thousands_of_rounds_a_side():
-    # pytest-benchmark keeps every round: the rank test's floor must not overflow a float
+def test_compare_takes_thousands_of_rounds_a_side_as_one_process():
+    # pytest-benchmark keeps every round, all in one process: thousands of steps are still one sample
+    # of the noise between processes, so one process a side gives a ratio and no verdict
     rng = np.random.default_rng(1)
     sides = [records_to_frame([run_records(r, list(0.01 * (1 + 0.01 * rng.standard_normal(3000))))]) for r in (1, 2)]
-    table = compare(*sides, metrics=("step_time",), options=CompareOptions(n_boot=200))
-    assert table["verdict"].iloc[0] in ("no change", "not significant")
-    assert re.fullmatch(r"[0-9.e-]+", str(table["p_value"].iloc[0]))
+    table = compare(*sides, metrics=("step_time",))
+    assert table["verdict"].iloc[0] == "cannot support a verdict"
+    assert np.isfinite(table["ratio"].iloc[0]) and abs(table["ratio"].iloc[0] - 1) < 0.01

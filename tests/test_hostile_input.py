@@ -7,6 +7,7 @@ import pytest
 from benchbay.store import run_dir
 from benchbay.suite import SuiteError, load
 from tests.conftest import write_suite
+from tests.fixtures.launchers import RecordingLauncher
 
 SUITE = """
 name: {name}
@@ -189,29 +190,6 @@ steps: {warmup: 1, measure: 2}
 """
 
 
-class _InProcess:
-    """A launcher that runs nothing: each point ends ok at once (for the runner's own logic)."""
-
-    def __init__(self):
-        from benchbay.launch.base import Launch
-
-        self.launch, self.launched = Launch(), []
-
-    def device(self, requested):
-        return "cpu"
-
-    def scratch(self, run):
-        import contextlib
-
-        return contextlib.nullcontext(run.parent)
-
-    def run(self, spec, workdir):
-        from benchbay.launch.base import Outcome
-
-        self.launched.append(spec.knobs["mbs"])
-        return Outcome(status="ok", metrics={"step_time_s": 0.1, "samples_per_step": spec.knobs["mbs"]})
-
-
 def test_a_full_disk_stops_the_sweep_with_a_resume_hint_and_no_record_cut(tmp_path, monkeypatch, capsys):
     import errno
     import os
@@ -229,7 +207,7 @@ def test_a_full_disk_stops_the_sweep_with_a_resume_hint_and_no_record_cut(tmp_pa
         return real_write(fd, data)
 
     monkeypatch.setattr(store.os, "write", fills_up)
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: RecordingLauncher())
     path = write_suite(tmp_path / "s.yaml", SWEEP)
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 4
     (run,) = (tmp_path / "results" / "s").iterdir()
@@ -239,7 +217,7 @@ def test_a_full_disk_stops_the_sweep_with_a_resume_hint_and_no_record_cut(tmp_pa
     assert (run / "records.jsonl").read_bytes().count(b"\n") == 1
     assert store.read_manifest(run)["state"] == "interrupted"
     monkeypatch.setattr(store.os, "write", real_write)
-    launcher = _InProcess()
+    launcher = RecordingLauncher()
     monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report", "--resume",
                      run.name]) == 0
@@ -254,6 +232,7 @@ def test_sigterm_is_an_interrupt(tmp_path, in_repo, cli_env):
     import psutil
 
     from benchbay import store
+    from benchbay.launch.process import PHASE_MARK
     from tests.conftest import benchbay_cmd
 
     path = write_suite(tmp_path / "s.yaml", SWEEP.replace("knobs: {precision: fp32}",
@@ -262,12 +241,21 @@ def test_sigterm_is_an_interrupt(tmp_path, in_repo, cli_env):
     proc = subprocess.Popen(benchbay_cmd("run", str(path), "--results", str(tmp_path / "results"), "--no-report"),
                             env={**cli_env, "TMPDIR": str(tmp_path / "tmp")}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 120
-    while not list((tmp_path / "tmp").glob("benchbay-*/*/worker.log")) and time.time() < deadline:
+    # the worker's own line that it started its first step (where the fixture hangs): the run opens
+    # worker.log before it starts the worker, so the file alone said nothing of the point's process
+    started = f"{PHASE_MARK}first step"
+
+    def in_first_step() -> bool:
+        logs = (tmp_path / "tmp").glob("benchbay-*/*/worker.log")
+        return any(started in log.read_text(errors="replace") for log in logs)
+
+    deadline = time.time() + 600  # only a bound on a broken run: the wait ends on the line
+    while not in_first_step():
         assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, "the point never started its first step"
         time.sleep(0.2)
     point = psutil.Process(proc.pid).children(recursive=True)
-    assert point, "the point never started"
+    assert point, "the point's process is gone"
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     (run,) = (tmp_path / "results" / "s").iterdir()
@@ -314,8 +302,9 @@ steps: {{warmup: 1, measure: 2}}
 """)
     summary = SuiteRunner(load(path), tmp_path / "results").run_all()
     assert summary.counts == {"ok": 1}
-    (pid,) = map(int, pidfile.read_text().split())
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    pids = [int(p) for p in pidfile.read_text().split()]  # the warm-up process's and the point's
+    assert pids and all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+                        for pid in pids)
 
 
 def test_a_second_process_on_a_run_says_who_holds_it_and_measures_nothing(tmp_path, monkeypatch, capsys):
@@ -328,7 +317,7 @@ def test_a_second_process_on_a_run_says_who_holds_it_and_measures_nothing(tmp_pa
 
     started, release = threading.Event(), threading.Event()
 
-    class Held(_InProcess):  # the first sweep, stopped inside its first point
+    class Held(RecordingLauncher):  # the first sweep, stopped inside its first point
         def run(self, spec, workdir):
             started.set()
             release.wait(60)
@@ -340,7 +329,7 @@ def test_a_second_process_on_a_run_says_who_holds_it_and_measures_nothing(tmp_pa
     thread.start()
     try:
         assert started.wait(60)
-        second = _InProcess()
+        second = RecordingLauncher()
         monkeypatch.setattr(cli, "_launcher", lambda args, suite: second)
         code = cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report",
                          "--resume", first.run.name])
@@ -460,10 +449,10 @@ def test_a_bad_root_with_decord_is_an_error_not_a_crash(tmp_path, monkeypatch):
     spec = PointSpec(workload="decode", params={"root": str(tmp_path)}, knobs={"backend": "decord", "device": "cuda"},
                      steps=Steps(), device="cpu", timeout=60)
     result = worker.run(spec)
-    assert result.status == Status.ERROR and "is not a LeRobot dataset" in result.reason
+    assert result.status == Status.ERROR and "neither a LeRobot dataset" in result.reason
 
 
-class _FailsOnce(_InProcess):
+class _FailsOnce(RecordingLauncher):
     """mbs 2 crashes the first time it runs."""
 
     def run(self, spec, workdir):
@@ -620,7 +609,7 @@ def test_a_run_into_a_linked_suite_folder_is_refused_and_writes_nothing_there(tm
     outside = _outside(tmp_path)
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "s").symlink_to(outside)
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: RecordingLauncher())
     path = write_suite(tmp_path / "s.yaml", SWEEP)
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 2
     assert f"{tmp_path / 'results' / 's'}: a symbolic link" in capsys.readouterr().err
@@ -637,7 +626,7 @@ def test_a_resume_of_a_planted_run_never_writes_through_its_links(tmp_path, monk
     store.write_manifest(run, {"suite": "s", "state": "interrupted", "env": {"machine_key": "m"}})
     (run / planted).unlink(missing_ok=True)
     (run / planted).symlink_to(outside / "victim")
-    launcher = _InProcess()
+    launcher = RecordingLauncher()
     monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
     code = cli.main(["run", str(write_suite(tmp_path / "s.yaml", SWEEP)), "--results", str(tmp_path / "results"),
                      "--no-report", "--resume", run.name])
@@ -703,13 +692,15 @@ def test_a_report_on_a_full_disk_keeps_the_old_one_whole(tmp_path, monkeypatch, 
 # ---- issue 50: the gate fails what it should fail ------------------------------------------------
 
 def _stored(root, run_id, step=0.1, started="2026-01-01T00:00:00+00:00", key="m", **changes):
-    """A run of suite s under ``root``: one point whose 20 steps took ``step`` seconds each."""
+    """A run of suite s under ``root``: one point in 3 processes (repeats) whose 20 steps took about
+    ``step`` seconds each (1% apart between processes: enough of them for the gate to judge)."""
     from benchbay import store
 
-    fields = {"metrics": {"step_time_s": step, "samples_per_step": 1}, "series": {"step_times_s": [step] * 20},
-              "env": {"machine_key": key}, **changes}
     run = root / "s" / run_id
-    store.append_record(run, _record(run_id=run_id, **fields))
+    for repeat, scale in enumerate((0.99, 1.0, 1.01)):
+        fields = {"metrics": {"step_time_s": step * scale, "samples_per_step": 1},
+                  "series": {"step_times_s": [step * scale] * 20}, "env": {"machine_key": key}, **changes}
+        store.append_record(run, _record(run_id=run_id, repeat=repeat, **fields))
     store.write_manifest(run, {"suite": "s", "state": "complete", "started_at": started, "env": {"machine_key": key}})
     return run
 
@@ -723,7 +714,7 @@ def test_a_baseline_folder_with_a_cut_line_is_an_error_not_a_pass(tmp_path, caps
     _stored(tmp_path, "cand", step=0.2)
     assert cli.main(["gate", "cand", "--results", str(tmp_path), "--baseline", str(baseline),
                      "--require-baseline"]) == 2
-    assert "records.jsonl:2: an incomplete record" in capsys.readouterr().err
+    assert "records.jsonl:4: an incomplete record" in capsys.readouterr().err
 
 
 def test_a_baseline_folder_of_another_machine_is_refused(tmp_path, capsys):
@@ -803,7 +794,7 @@ def test_a_full_disk_at_the_last_manifest_exits_4_and_leaves_the_old_manifest_wh
         real_replace(src, dst)
 
     monkeypatch.setattr(store.os, "replace", fills_up)
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: RecordingLauncher())
     path = write_suite(tmp_path / "s.yaml", SWEEP)
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 4
     (run,) = (tmp_path / "results" / "s").iterdir()
@@ -823,7 +814,7 @@ def test_a_read_only_results_root_exits_4_in_one_line(tmp_path, monkeypatch, cap
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
 
     monkeypatch.setattr(store.os, "open", read_only)
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: RecordingLauncher())
     path = write_suite(tmp_path / "s.yaml", SWEEP)
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 4
     err = capsys.readouterr().err
@@ -890,7 +881,7 @@ def test_sigterm_while_the_run_writes_its_report_is_an_interrupt(tmp_path, monke
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("SIGTERM did not interrupt the report")
 
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: _InProcess())
+    monkeypatch.setattr(cli, "_launcher", lambda args, suite: RecordingLauncher())
     monkeypatch.setattr(report, "build_report", terminated)
     before = signal.getsignal(signal.SIGTERM)
     path = write_suite(tmp_path / "s.yaml", SWEEP)

@@ -3,7 +3,6 @@ tiny model: it trains, or the point is skipped with a reason."""
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -27,13 +26,6 @@ def train(workload, values, steps=4):
     return step, losses
 
 
-@pytest.fixture
-def group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16_mixed"])
 @pytest.mark.parametrize("recompute", ["off", "full", "selective"])
 def test_precision_and_recompute_train(precision, recompute):
@@ -48,7 +40,7 @@ def test_precision_and_recompute_train(precision, recompute):
 
 
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp2_full", "fsdp2_grad_op"])
-def test_sharding_one_process_matches_none(group, sharding):
+def test_sharding_one_process_matches_none(gloo_group, sharding):
     _, reference = train(*make())
     _, losses = train(*make(sharding=sharding))
     assert losses == pytest.approx(reference, rel=1e-5)
@@ -104,7 +96,9 @@ def test_unsupported_combinations_are_skipped_with_a_reason(knobs, reason):
 EXPECTED_SKIPS = {("cuda_graph", "attention"): "does not support it", ("cuda_graph", "step"): "needs a CUDA device",
                   ("cudnn_benchmark", True): "needs a CUDA device",
                   ("emulate_precision_casts", True): "needs compile != off",
-                  **{("optimizer", f"adamw_sr{kind}"): "needs precision=bf16" for kind in ("", "_8bit", "_4bit")}}
+                  **{("optimizer", f"adamw_sr{kind}"): "needs precision=bf16" for kind in ("", "_8bit", "_4bit")},
+                  **{("float8", recipe): "needs a CUDA GPU of compute capability 8.9"
+                     for recipe in knob_table.GENERIC["float8"].values if recipe != "off"}}
 
 
 def test_every_generic_knob_value_runs_or_is_skipped():

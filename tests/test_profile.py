@@ -4,6 +4,7 @@
 import csv
 import json
 import pickle
+import re
 
 import pytest
 import torch
@@ -83,8 +84,10 @@ def test_profiled_step_writes_trace_table_and_summary(tmp_path):
     assert sum(summary["profile_families"].values()) == pytest.approx(
         sum(r["time_s"] for r in summary["profile_top_ops"]))
     assert summary["profiled_steps"] == PROFILED_STEPS and summary["phase_clock"] == "host"
-    assert list(summary["phases"]) == ["data", "forward", "backward", "optimizer"]
+    assert list(summary["phases"]) == ["data", "forward", "backward", "optimizer", "unattributed"]
     assert all(s > 0 for s in summary["phases"].values())
+    # on the host clock the phases cover the profiled step, each microsecond once
+    assert sum(summary["phases"].values()) == pytest.approx(summary["profiled_step_s"])
     assert summary["idle_gap_share"] is None  # no device
     assert summary["syncs_per_step"] == 0  # AdamW's step-counter .item() calls are not syncs
     assert compile_counters()["graph_breaks"] is None  # nothing compiled
@@ -153,8 +156,33 @@ def test_cuda_trace_analysis():
     assert shares["triton_fused"] == pytest.approx(30 / 52) and shares["other"] == 0
     assert trace.top_ops(2)[0]["time_s"] == pytest.approx(30e-6)
     phases = trace.phase_seconds(2)
-    assert phases == pytest.approx({"forward": 20e-6, "backward": 32e-6})
+    assert phases == pytest.approx({"forward": 20e-6, "backward": 32e-6, "unattributed": 0.0})
     assert trace.idle_gap_share() == pytest.approx(1 - 104 / 162)  # device timeline 10 .. 172 µs
+
+
+def test_host_phases_cover_the_step_innermost_first():
+    """A hand-made CPU trace: one 100 µs step, a forward range holding a nested one, and time in no
+    range (the user's own loss): the phases add up to the step, nothing counted twice."""
+    events = [_x("ProfilerStep#3", "user_annotation", 0, 100), _x("data", "user_annotation", 0, 10),
+              _x("forward", "user_annotation", 20, 30), _x("frozen_encoders", "user_annotation", 25, 10),
+              _x("backward", "user_annotation", 60, 30), _x("optimizer", "user_annotation", 92, 8),
+              _x("forward", "user_annotation", 30, 40, tid=2)]  # another thread's range: not this step's time
+    phases = Trace(events).phase_seconds(1)
+    assert phases == pytest.approx({"data": 10e-6, "frozen_encoders": 10e-6, "forward": 20e-6, "backward": 30e-6,
+                                    "optimizer": 8e-6, "unattributed": 22e-6})
+    assert sum(phases.values()) == pytest.approx(100e-6)
+
+
+def test_a_user_step_without_a_forward_range_is_covered(tmp_path):
+    """The README's kind of step (its loss opens no range): what the harness does not name is
+    unattributed, and the phases still add up to the profiled step."""
+    spec = PointSpec(workload=TINY, params={}, knobs={"precision": "fp32"}, steps=Steps(warmup=1, measure=1),
+                     device="cpu", timeout=120, profile=True, profile_dir=str(tmp_path / "p"))
+    out = InProcessLauncher().run(spec, tmp_path / "p")
+    assert out.status == "ok", out.reason
+    phases = out.extra["phases"]
+    assert "forward" not in phases and phases["unattributed"] > 0 and {"data", "backward", "optimizer"} <= set(phases)
+    assert sum(phases.values()) == pytest.approx(out.extra["profiled_step_s"])
 
 
 def test_analyse_reads_a_stored_trace(tmp_path):
@@ -275,5 +303,7 @@ equivalent: [[base, wide]]
     assert as_run["name"] == "prof-profile" and not {"breakdown", "equivalent"} & set(as_run)
     # what the command prints: the phases and top ops it found, and the report that draws them
     lines = summary_lines(run)
-    assert lines[0].startswith("wide: data ") and "backward" in lines[0] and lines[1].strip().split()[1] == "ms"
+    assert re.match(r"wide: step [\d.]+ ms \(profiled\) = data [\d.]+ ms \+ ", lines[0]) and "backward" in lines[0]
+    assert lines[1].strip().split()[1] == "ms"
+    assert lines[-3].startswith("unattributed: the step's time in no phase range")  # Tiny's loss opens no range
     assert lines[-1] == "report: benchbay report prof-profile (phases and top ops of each point)"

@@ -14,6 +14,7 @@ from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.gate import gate
 from benchbay.pytest_benchmark import export_pytest_benchmark, import_pytest_benchmark
 from benchbay.store import load_runs, read_manifest, read_records
+from tests.fixtures.records import record as stored_record
 
 TINY_BENCHMARKS = """
 import pytest
@@ -88,22 +89,32 @@ def test_import_keeps_every_benchmark_and_its_raw_rounds(real_json, tmp_path):
         import_pytest_benchmark(real_json, tmp_path / "results", suite="tiny")
 
 
+def _imports(real_json, tmp_path, results, factor):
+    """Three imports of the real file's layout with steady rounds, ``factor`` x its times, 1% apart
+    from one import to the next: pytest-benchmark runs all rounds in one process, so an import is
+    one process and a verdict needs several (the spread between processes)."""
+    steady = scaled_copy(real_json, tmp_path / "steady.json", 1.0, steady=True)
+    return load_runs([import_pytest_benchmark(scaled_copy(steady, tmp_path / f"x{factor}-{i}.json", factor * s),
+                                              results, suite="tiny") for i, s in enumerate((0.99, 1.0, 1.01))])
+
+
 def test_gate_on_imported_runs(real_json, tmp_path):
     results = tmp_path / "results"
-    # the real file's layout with steady rounds, so that the verdicts do not hang on this machine's noise
-    steady = scaled_copy(real_json, tmp_path / "steady.json", 1.0, steady=True)
-    base = load_runs([import_pytest_benchmark(steady, results, suite="tiny")])
-    slow = load_runs([import_pytest_benchmark(scaled_copy(steady, tmp_path / "slow.json", 2.0), results,
-                                              suite="tiny")])
+    base = _imports(real_json, tmp_path, results, 1.0)
+    slow = _imports(real_json, tmp_path, results, 2.0)
     same = gate(base, base)
     assert same.exit_code == 0 and len(same.checks) == 3
     slower = gate(base, slow)
     assert slower.exit_code == 1 and set(slower.checks["verdict"]) == {"slower"}
-    assert (slower.checks["ratio"] - 2.0).abs().max() < 1e-9
+    assert (slower.checks["ratio"] - 2.0).abs().max() < 1e-6
     only_big = gate(base, slow, ["n=10/step_time:median:5%"])
     assert list(only_big.checks["point"]) == ["test_sorted[10]"] and only_big.exit_code == 1
     table = compare(base, slow, metrics=["step_time", "samples_per_s"])
     assert set(table["verdict"]) == {"slower"}
+    # one import a side: one process each, nothing to size the noise between processes with
+    first = [side[side["run_id"] == side["run_id"].iloc[0]] for side in (base, slow)]
+    one = gate(*first)
+    assert one.exit_code == 0 and set(one.checks["verdict"]) == {"cannot support a verdict"}
 
 
 def test_export_round_trips_and_pytest_benchmark_compare_reads_it(real_json, tmp_path):
@@ -126,18 +137,15 @@ def test_export_round_trips_and_pytest_benchmark_compare_reads_it(real_json, tmp
 
 def test_export_of_a_benchbay_run_is_read_by_pytest_benchmark(tmp_path):
     rng = np.random.default_rng(0)
-    records = [{
-        "schema": 1, "suite": "toy", "run_id": "r1", "point_id": f"p{mbs}", "label": None, "repeat": repeat,
-        "workload": "toy", "params": {}, "knobs": {"mbs": mbs, "compile": "off"}, "status": "ok",
-        "metrics": {"step_time_s": 0.1 * mbs, "warmup_steps": 2, "measured_steps": 10, "mfu": 0.3,
-                    "peak_mem_allocated_gib": 3.0 * mbs},
-        "series": {"step_times_s": list(0.1 * mbs * (1 + rng.normal(0, 0.01, 12)))},
-        "env": {"gpu": "NVIDIA H200", "torch": "2.11.0", "python": "3.12.3", "git_commit": "abc"},
-        "started_at": "2026-11-29T16:15:00+00:00",
-    } for mbs in (1, 2) for repeat in range(2)] + [{
-        "schema": 1, "suite": "toy", "run_id": "r1", "point_id": "p4", "repeat": 0, "workload": "toy",
-        "params": {}, "knobs": {"mbs": 4, "compile": "off"}, "status": "oom", "metrics": {}, "series": {}, "env": {},
-    }]
+    records = [stored_record(
+        suite="toy", run_id="r1", point_id=f"p{mbs}", repeat=repeat, knobs={"mbs": mbs, "compile": "off"},
+        metrics={"step_time_s": 0.1 * mbs, "warmup_steps": 2, "measured_steps": 10, "mfu": 0.3,
+                 "peak_mem_allocated_gib": 3.0 * mbs},
+        series={"step_times_s": list(0.1 * mbs * (1 + rng.normal(0, 0.01, 12)))},
+        env={"gpu": "NVIDIA H200", "torch": "2.11.0", "python": "3.12.3", "git_commit": "abc"},
+        started_at="2026-11-29T16:15:00+00:00",
+    ) for mbs in (1, 2) for repeat in range(2)] + [
+        stored_record(suite="toy", run_id="r1", point_id="p4", knobs={"mbs": 4, "compile": "off"}, status="oom")]
     out = export_pytest_benchmark(records_to_frame(records), tmp_path / "toy.json")
     doc = json.loads(out.read_text())
     assert [b["name"] for b in doc["benchmarks"]] == ["mbs=1", "mbs=2"]  # the oom point is left out
@@ -160,7 +168,8 @@ def test_import_without_raw_data_warns_and_still_gates(real_json, tmp_path):
     df = load_runs([run])
     result = gate(df, df)
     assert result.exit_code == 0
-    assert (result.checks["ci_low"] == result.checks["ci_high"]).all()  # no noise estimate without rounds
+    # no rounds and one process: no noise estimate, so no interval and no verdict (never a failure)
+    assert result.checks["ci_low"].isna().all() and set(result.checks["verdict"]) == {"cannot support a verdict"}
 
 
 def test_not_a_pytest_benchmark_file(tmp_path):

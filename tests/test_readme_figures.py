@@ -136,8 +136,10 @@ def test_readme_dreamzero_5b_frontier_table_is_its_report():
         assert_figures(point, label, step, rate, mfu, fidelity)
         if change.startswith(("+", "-")):  # a lever's change against the point above it, as the report's breakdown
             c = changes.loc[label]
-            assert change.split(" (")[0] == (f"{c['step_change']:+.1%} [{c['step_change_low'] * 100:+.1f}, "
-                                             f"{c['step_change_high'] * 100:+.1f}]"), label
+            interval = "" if c["verdict"] == "no interval" else \
+                f" [{c['step_change_low'] * 100:+.1f}, {c['step_change_high'] * 100:+.1f}]"
+            assert change.split(" (")[0] == f"{c['step_change']:+.1%}{interval}", label
+            assert ("no interval" in change) == (c["verdict"] == "no interval"), label
 
 
 def test_readme_is_one_screenful_with_cis_test_command():

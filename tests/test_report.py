@@ -37,6 +37,7 @@ from benchbay.analysis.tables import (
 from benchbay.record import Record
 from benchbay.report import build_report
 from benchbay.suite_model import Search, SuiteMeta
+from tests.fixtures.make_records import WARMUP
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BREAKDOWN = ["baseline", "+attention", "+compile", "+cuda_graph", "+selective"]
@@ -102,27 +103,28 @@ def test_knobs_keep_their_values_beside_another_suite(records):
 
 # --- tables --------------------------------------------------------------------------------------
 def test_sweep_table_matches_the_records(train_records, train):
+    """Each row against figures computed here from the records alone."""
+    knobs = ["attention", "compile", "cuda_graph", "mbs", "offload", "recompute", "sharding"]
     table = sweep_table(train)
     assert list(table.columns[:3]) == ["name", "status", "repeats"]  # what a reader looks for first
-    assert list(table.columns[-7:]) == ["attention", "compile", "cuda_graph", "mbs", "offload", "recompute",
-                                        "sharding"]  # then the knobs that vary
+    assert list(table.columns[-7:]) == knobs  # then the knobs that vary
     assert "peak_host_rss_gib" not in table  # a GPU's peak memory is shown instead
-    assert len(table) == len({r["point_id"] for r in train_records})
-    for point_id in {r["point_id"] for r in train_records}:
-        reps = [r for r in train_records if r["point_id"] == point_id]
-        row = train[train["point_id"] == point_id].iloc[0]
-        assert row["repeats"] == len(reps)
+    points: dict[tuple, list[dict]] = {}
+    for r in train_records:
+        points.setdefault(tuple(r["knobs"][k] for k in knobs), []).append(r)
+    assert len(table) == len(points)
+    for _, row in table.iterrows():
+        reps = points[tuple(row[k] for k in knobs)]
+        assert row["repeats"] == len(reps) and row["status"] == reps[0]["status"]
         if reps[0]["status"] != "ok":
-            assert row["status"] == reps[0]["status"] and row["reason"] == reps[0]["reason"]
-            assert math.isnan(row["step_time_s"])
+            assert row["reason"] == reps[0]["reason"] and math.isnan(row["step_time_s"])
             continue
-        assert row["step_time_s"] == pytest.approx(np.mean(pooled_steady(reps)))  # stats.STEP_STATISTIC
-        # throughput over the shown step
-        samples = reps[0]["metrics"]["samples_per_step"]
-        assert row["samples_per_s_per_gpu"] == pytest.approx(samples / row["step_time_s"])
+        step = np.mean(pooled_steady(reps))  # stats.STEP_STATISTIC: every repeat's steady steps, pooled
+        assert row["step_time_s"] == pytest.approx(step)
+        assert row["samples_per_s_per_gpu"] == pytest.approx(row["mbs"] / step)  # throughput over the shown step
         assert row["peak_mem_reserved_gib"] == max(r["metrics"]["peak_mem_reserved_gib"] for r in reps)
-        assert row["warmup_detected"] == reps[0]["metrics"]["warmup_steps"]
-    assert set(train["status"]) == {"ok", "oom", "crash", "skipped", "timeout"}
+        assert row["warmup_detected"] == WARMUP  # the fixture's planted warm-up steps
+    assert set(table["status"]) == {"ok", "oom", "crash", "skipped", "timeout"}
 
 
 def test_combined_status_counts_disagreeing_repeats():
@@ -515,7 +517,7 @@ QUIET_EAGER, QUIET_RECOMPUTE = [1.0, 1.01, 0.99, 1.0, 1.02], [0.5, 0.505, 0.495,
 TAB_GREEN = (44, 160, 44)
 
 
-def cpu_point(label: str, recompute: str, series: list[float], health: dict | None = None) -> dict:
+def cpu_point(label: str, recompute: str, series: list[float], health: dict | None = None, repeat: int = 0) -> dict:
     from tests.fixtures.make_records import ENV_CPU, record
 
     steps = np.asarray(series)
@@ -523,7 +525,7 @@ def cpu_point(label: str, recompute: str, series: list[float], health: dict | No
     metrics = {"step_time_s": median, "step_time_cv": float(steps.std() / steps.mean()), "warmup_steps": 0,
                "measured_steps": steps.size, "samples_per_step": 2, "samples_per_s": 2 / median,
                "samples_per_s_per_gpu": 2 / median, "peak_host_rss_gib": 1.5}
-    out = record("quick", "tiny", {}, {"mbs": 2, "recompute": recompute}, 0, "ok", ENV_CPU, label=label,
+    out = record("quick", "tiny", {}, {"mbs": 2, "recompute": recompute}, repeat, "ok", ENV_CPU, label=label,
                  metrics=metrics, series={"step_times_s": series, "losses": []})
     return {**out, "device": "cpu", "health": health or {}}
 
@@ -534,9 +536,16 @@ def green_pixels(png: Path) -> int:
     return int((np.abs(pixels - TAB_GREEN).max(axis=2) < 12).sum())
 
 
+def processes(label: str, recompute: str, medians: list[float]) -> list[dict]:
+    """A point run in one process per median (its repeats), each process's steps steady around it:
+    the noise between processes is what a verdict on the point weighs."""
+    return [cpu_point(label, recompute, [m * x for x in QUIET_EAGER], repeat=i) for i, m in enumerate(medians)]
+
+
 def test_a_noisy_effect_is_not_significant_and_never_drawn_as_a_gain(tmp_path):
-    noisy = point_summary(records_to_frame([cpu_point("eager", "off", NOISY_EAGER),
-                                            cpu_point("+recompute", "full", NOISY_RECOMPUTE)]))
+    # 2.5x faster on average, but the processes of each point spread over 10x: no verdict can stand
+    noisy = point_summary(records_to_frame([*processes("eager", "off", [5.8, 1.0, 9.5]),
+                                            *processes("+recompute", "full", [1.1, 0.5, 6.0])]))
     table = waterfall(noisy, ["eager", "+recompute"])
     row = table.set_index("label").loc["+recompute"]
     assert row["speedup"] > 1.5 and row["verdict"] == "not significant"
@@ -545,8 +554,8 @@ def test_a_noisy_effect_is_not_significant_and_never_drawn_as_a_gain(tmp_path):
     assert all("noisy: CV" in notes for notes in table["notes"])
     assert green_pixels(plots.waterfall(table, tmp_path / "noisy.png", per="device")) == 0
 
-    quiet = point_summary(records_to_frame([cpu_point("eager", "off", QUIET_EAGER),
-                                            cpu_point("+recompute", "full", QUIET_RECOMPUTE)]))
+    quiet = point_summary(records_to_frame([*processes("eager", "off", [1.0, 1.01, 0.99]),
+                                            *processes("+recompute", "full", [0.5, 0.505, 0.495])]))
     table = waterfall(quiet, ["eager", "+recompute"])
     assert list(table["verdict"].fillna("")) == ["", "faster"] and list(table["notes"]) == ["", ""]
     assert green_pixels(plots.waterfall(table, tmp_path / "quiet.png", per="device")) > 100

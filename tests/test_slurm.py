@@ -23,8 +23,8 @@ def spec(device: str = "cpu", timeout: float = 120, **knobs) -> PointSpec:
                      knobs={**knob_table.defaults_for(Tiny), "precision": "fp32", **knobs})
 
 
-def test_local_job_gives_the_outcome_of_a_local_point(tmp_path, in_repo):
-    local = process.run_point(spec(), tmp_path / "here", Launch())
+def test_local_job_gives_the_outcome_of_a_local_point(tmp_path, in_repo, in_process):
+    local = in_process.run(spec(), tmp_path / "here")  # the worker's result, as a point's process merges it
     job = SlurmLauncher(params={"cluster": "local"}).run(spec(), tmp_path / "job")
     assert job.status == local.status == "ok"
     assert set(local.metrics) == set(job.metrics) and set(local.series) == set(job.series)
@@ -40,7 +40,9 @@ def test_debug_job_records_a_failing_point(tmp_path, in_repo):
     assert out.extra["executor"]["cluster"] == "debug"
 
 
-def test_a_job_that_ends_without_a_result_is_a_crash(tmp_path, in_repo):
+def test_a_job_that_ends_without_a_result_is_a_crash(tmp_path, in_repo, monkeypatch):
+    # submitit waits 15 s for a result file a shared filesystem may show late; a local folder shows it at once
+    monkeypatch.setattr(submitit.local.local.LocalJob, "_results_timeout_s", 1)
     out = run_point_submitit(spec(), tmp_path / "job", Launch(), {"cluster": "local", "local_setup": ["exit 3"]})
     assert out.status == "crash" and "without a result" in out.reason
     assert out.extra["executor"]["state"]

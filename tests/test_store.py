@@ -8,13 +8,14 @@ import pytest
 
 from benchbay import store
 from benchbay.record import Record, Status
+from tests.fixtures.records import typed
 
 
 def record(i, status=Status.OK, **metrics):
-    return Record(suite="s", run_id="r1", point_id=f"p{i}", label=f"L{i}", workload="w", params={"preset": "tiny"},
-                  knobs={"mbs": i, "compile": "off"}, status=status, metrics={"step_time_s": 0.1 * i, **metrics},
-                  series={"step_times_s": [0.1 * i] * 3, "losses": [1.0, 0.9, 0.8]},
-                  env={"machine_key": "cpu-x", "gpu": None})
+    return typed(run_id="r1", point_id=f"p{i}", label=f"L{i}", workload="w", params={"preset": "tiny"},
+                 knobs={"mbs": i, "compile": "off"}, status=status, metrics={"step_time_s": 0.1 * i, **metrics},
+                 series={"step_times_s": [0.1 * i] * 3, "losses": [1.0, 0.9, 0.8]},
+                 env={"machine_key": "cpu-x", "gpu": None})
 
 
 def test_append_and_load(tmp_path):

@@ -15,7 +15,8 @@ def test_a_manifest_is_stamped_with_its_schema_and_a_newer_one_is_skipped_by_nam
     (run / store.MANIFEST).write_text(json.dumps({"suite": "s", "state": "complete"}))  # before versions
     assert store.read_manifest(run)["suite"] == "s"
     (run / store.MANIFEST).write_text(json.dumps({"suite": "s", "schema": store.MANIFEST_SCHEMA + 1}))
-    with pytest.warns(UserWarning, match=rf"{store.MANIFEST}: skipping a manifest of schema {store.MANIFEST_SCHEMA + 1}"):
+    newer = store.MANIFEST_SCHEMA + 1
+    with pytest.warns(UserWarning, match=rf"{store.MANIFEST}: skipping a manifest of schema {newer}"):
         assert store.read_manifest(run) == {}
 
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from benchbay import store
+from benchbay.cli import main
 from benchbay.record import Status
 from benchbay.suite import SuiteError, load
 from benchbay.tune.memory import MemoryModel, fit
@@ -79,8 +80,9 @@ def test_a_tune_resumes_where_it_stopped_without_running_a_finished_trial_again(
 
 
 @pytest.mark.slow
-def test_a_killed_tune_resumes_from_its_records(tmp_path, in_repo, cli_env):
-    suite = write_suite(tmp_path / "suite.yaml", LANDSCAPE.replace("trials: 24", "trials: 4"))
+def test_a_killed_tune_resumes_from_its_records(tmp_path, in_repo, cli_env, capsys):
+    text = LANDSCAPE.replace("trials: 24", "trials: 4")
+    suite = write_suite(tmp_path / "suite.yaml", text)
     results = tmp_path / "results"
     proc = subprocess.Popen(benchbay_cmd("tune", str(suite), "--results", str(results), "--no-report"),
                             env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -92,10 +94,9 @@ def test_a_killed_tune_resumes_from_its_records(tmp_path, in_repo, cli_env):
     proc.wait()
     run = records()[0].parent
     before = len(store.typed_records(run))
-    done = subprocess.run(benchbay_cmd("tune", str(suite), "--results", str(results), "--resume", "--no-report"),
-                          env=cli_env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert f"resumed {run.name}: {before} trials" in done.stdout + done.stderr
+    # the resume in this process (the CLI's --resume reaches the Tuner: the bad-input test below)
+    done = tuner(tmp_path, text, resume=True).run_study()
+    assert done.run == run and f"resumed {run.name}: {before} trials" in capsys.readouterr().err
     trials = [r for r in store.typed_records(run) if CONFIRMS not in r.extra]
     assert sum(r.status != Status.SKIPPED for r in trials) == 4
     assert len({r.point_id for r in trials}) == len(trials)
@@ -145,7 +146,13 @@ def test_a_bad_tune_block_is_one_error_naming_its_key(tmp_path, case):
         load(write_suite(tmp_path / "bad.yaml", text))
 
 
-def test_bad_tune_input_on_the_command_line_exits_2_with_nothing_written(tmp_path, in_repo, cli_env):
+def test_bad_tune_input_on_the_command_line_exits_2_with_nothing_written(tmp_path, in_repo, capsys):
+    def exit_code(*args: str) -> int:  # the CLI in this process: main's code, or argparse's exit
+        try:
+            return main([*args, "--results", str(results)])
+        except SystemExit as exc:
+            return exc.code
+
     suite = write_suite(tmp_path / "suite.yaml", LANDSCAPE)
     other = write_suite(tmp_path / "other.yaml", LANDSCAPE.replace("name: landscape", "name: other"))
     results = tmp_path / "results"
@@ -154,19 +161,15 @@ def test_bad_tune_input_on_the_command_line_exits_2_with_nothing_written(tmp_pat
     for args in (["tune", str(bad)], ["tune", str(suite), "--trials", "0"],
                  ["tune", str(suite), "--device-seconds", "nan"],
                  ["tune", str(suite), "--resume", "20260101-000000-abcd"], ["run", str(suite)]):
-        done = subprocess.run(benchbay_cmd(*args, "--results", str(results)), env=cli_env, capture_output=True,
-                              text=True, timeout=120)
-        assert done.returncode == 2, (args, done.stderr)
-        assert "Traceback" not in done.stderr
+        assert exit_code(*args) == 2, (args, capsys.readouterr().err)
         assert not (results / "landscape").exists(), args
-    assert "search it with `benchbay tune" in done.stderr  # run of a tune suite says what to use
+    assert "search it with `benchbay tune" in capsys.readouterr().err  # run of a tune suite says what to use
     # another suite's study, named by its id: not a tune of this suite
     manifest = {"suite": "other", "tune": {"space": {}}}
     run = results / "landscape" / "20260101-000000-abcd"
     store.write_manifest(run, manifest)
-    done = subprocess.run(benchbay_cmd("tune", str(suite), "--results", str(results), "--resume", run.name),
-                          env=cli_env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "not a tune of suite 'landscape'" in done.stderr
+    assert exit_code("tune", str(suite), "--resume", run.name) == 2
+    assert "not a tune of suite 'landscape'" in capsys.readouterr().err
     assert sorted(p.name for p in run.iterdir()) == ["manifest.json"]
     assert other.exists()
 

@@ -7,15 +7,17 @@
   same batch size (``<knob>=<best value>`` names what was removed).
 
 Step-time changes are ratios of the means of the pooled steady-state steps (``stats.STEP_STATISTIC``,
-the step the tables show), with a two-stage bootstrap interval (repeats, then steps:
-:func:`benchbay.analysis.stats.bootstrap_ratio`), divided by the ratio of samples per step: the
-change of the time per sample, which is the step's where the batch is the same. Throughput
-changes are its reciprocal, interval included, so a shorter time per sample is always faster.
-A change whose interval includes no change is ``not significant`` (its ``verdict``); the
-cumulative speed-up has an interval of its own. The per-sample figures the summary has (cost
-per 1M samples, energy: benchbay.analysis.cost) follow throughput. ``notes`` carries each point's
-noise and health notes. When a label names several points (a labelled point crossed with a grid),
-the first is used.
+the step the tables show), divided by the ratio of samples per step: the change of the time per
+sample, which is the step's where the batch is the same. Their interval is over processes (each
+repeat's mean step, :func:`benchbay.analysis.stats.ratio_test` on the log scale): the steps of one
+process share its luck and are no samples of the noise between processes, so a point of one
+repeat against another of one has no interval (``no interval``), never one that credits a lever
+with a process's luck. Throughput changes are the reciprocal, interval included, so a shorter
+time per sample is always faster. A change whose interval includes no change is ``not
+significant`` (its ``verdict``); the cumulative speed-up has an interval of its own. The
+per-sample figures the summary has (cost per 1M samples, energy: benchbay.analysis.cost) follow
+throughput. ``notes`` carries each point's noise and health notes. When a label names several
+points (a labelled point crossed with a grid), the first is used.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pandas as pd
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.cost import present, say_absent
 from benchbay.analysis.frame import knob_columns, param_columns
-from benchbay.analysis.stats import STEP_STATISTIC, bootstrap_ratio
+from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, per_process, ratio_test
 from benchbay.record import Status
 
 BEST_PREFIX = "best-"
@@ -41,13 +43,16 @@ def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95,
                   statistic: str = STEP_STATISTIC) -> dict[str, Any]:
     """Relative change of the time per sample (``step_change``: the step time's ``statistic`` over
     samples per step, the step's own change where the batch is the same) and of throughput from
-    ``base`` to ``cand`` (0.1 = +10 %), with bootstrap bounds (NaN where a side has no per-step
-    samples), and the verdict on throughput."""
+    ``base`` to ``cand`` (0.1 = +10 %), with bounds over processes (NaN where a side has no per-step
+    samples, or neither side more than one process), and the verdict on throughput."""
     out = dict.fromkeys(_CHANGE_COLUMNS, np.nan)
     if base["steady_samples"] and cand["steady_samples"]:
-        est = bootstrap_ratio(base["steady_samples"], cand["steady_samples"], statistic=statistic,
-                              confidence=confidence)
-        ratio, low, high = est.ratio, est.low, est.high
+        (base_values, base_floor), (cand_values, cand_floor) = (
+            per_process(side["steady_samples"], statistic) for side in (base, cand))
+        pooled = [float(STATISTICS[statistic](np.concatenate(side["steady_samples"]))) for side in (base, cand)]
+        test = ratio_test(base_values, cand_values, ratio=pooled[1] / pooled[0], floor=max(base_floor, cand_floor),
+                          confidence=confidence)
+        ratio, low, high = test.ratio, test.low, test.high
     else:
         ratio = cand["step_time_s"] / base["step_time_s"]
         low = high = np.nan

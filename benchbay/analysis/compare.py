@@ -1,36 +1,32 @@
 """Compare a candidate result set against a baseline, point by point and metric by metric.
 
 Points are matched by suite, workload, params and knob values (the columns both frames share),
-never by run or label. For each matched point and metric the comparison gives the ratio
-candidate/baseline of a statistic over the pooled steady-state samples (by default the mean,
-``stats.STEP_STATISTIC``, the one the tables and plots show), a two-stage bootstrap
-confidence interval (repeats, then steps), a Mann-Whitney p-value, and a verdict:
+never by run or label. Each matched point and metric gets each side's figure (:func:`pooled_figure`,
+the one ``show`` and the report print), their ratio candidate/baseline, and an interval, a p-value
+and a verdict whose unit is the process (a repeat), never the step: one value per ok record
+(:func:`process_values`), tested on the log scale by :func:`benchbay.analysis.stats.ratio_test`
+with their spread pooled with what this machine's earlier runs of the point say of it
+(:func:`earlier_spread`). Steps share their process's luck: their own spread only sets a floor.
 
-- ``faster`` / ``slower`` (``less memory`` / ``more memory`` for memory, ``less energy`` / ``more
-  energy`` for joules per sample, ``less power`` / ``more power`` for watts): the change is at least
-  ``min_change`` AND statistically real (the interval excludes 1, and p < alpha where the sample
-  sizes let the rank test reach alpha at all);
-- ``no change``: the change is real but under ``min_change``, or its whole interval lies within
-  ``min_change`` of no change;
-- ``not significant``: the interval reaches past ``min_change`` yet includes no change (or the
-  rank test does not confirm it): the data cannot tell an effect from noise;
+- ``faster`` / ``slower`` (``less`` / ``more memory``, ``energy``, ``power``): the change is at
+  least ``min_change`` AND real (the interval excludes 1: p < 1 - confidence);
+- ``no change``: real but under ``min_change``, or the whole interval within ``min_change``;
+- ``not significant``: the interval reaches past ``min_change`` yet holds no change (the reason
+  says how many repeats a side would tell);
+- ``cannot support a verdict``: one process a side and no earlier run of the point on this
+  machine: nothing says how far processes spread, so there is no interval;
 - ``failed``: the point ran in the baseline but not in the candidate (oom, crash, timeout...);
-- ``not comparable``: the environments differ in GPU model, driver, CUDA or torch version (the
-  reason names which), the point is missing on one side, or a figure is missing.
+- ``not comparable``: the environments differ in GPU model, driver, CUDA or torch (the reason
+  names which), the point is missing on one side, or a figure is missing.
 
-Per-step samples come from the steady window of ``step_times_s`` (after ``warmup_steps``). Rates
-(samples/s, samples/s/GPU, MFU) are proportional to 1/step time within a record, so their per-step
-samples are the recorded figure scaled by ``T / t``, T the step it was computed over: the mean
-step of a training step (older records: the median), given exactly by samples per step over
-samples/s/GPU; the median wait of a loader, whose figure is what it delivered. Peak memory has one value per
-repeat; with a single repeat its interval collapses to the point (memory peaks are close to
-deterministic) and the verdict rests on ``min_change`` alone.
-
-Energy per sample and watts have one value per repeat, as memory. Given a GPU-hour price, each
-point also gets a ``cost_per_m_samples`` row (``cheaper`` / ``costlier``): its throughput row
-through :func:`benchbay.analysis.cost.cost_per_million_samples`, the interval inverted.
-
-``caution`` names a side whose steady steps were noisy or whose machine was busy (see
+Steady steps are ``step_times_s`` after ``warmup_steps``. A rate (samples/s, samples/s/GPU, MFU) is
+samples per step over a step: a record's figure times the step it was computed over is its samples
+per step, and a process's or a side's rate is that over the statistic of its steps (mirrored: the
+p10 rate is at the p90 step). A loader's rate is what it delivered, as recorded. Memory peaks
+repeat exactly: with one process a side the interval collapses to the ratio. Given a GPU-hour
+price, each point also gets ``cost_per_m_samples`` (``cheaper`` / ``costlier``): its throughput
+row through :func:`benchbay.analysis.cost.cost_per_million_samples`, the interval inverted.
+``caution`` names a side whose steps were noisy or whose machine was busy (see
 :mod:`benchbay.analysis.quality`); it never changes the verdict, it says why to doubt it.
 """
 
@@ -50,11 +46,14 @@ from benchbay.analysis.cost import COST, cost_per_million_samples
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.analysis.quality import cards_note, notes, warnings_of
 from benchbay.analysis.stats import (
+    MIRRORED,
+    STATISTICS,
     STEP_STATISTIC,
-    bootstrap_ratio,
     coefficient_of_variation,
-    mann_whitney_floor,
-    mann_whitney_p,
+    log_spread,
+    per_process,
+    ratio_test,
+    repeats_needed,
 )
 from benchbay.markdown import markdown_table
 from benchbay.record import DELIVERED_RATE, FIGURES, Record, Status
@@ -77,7 +76,8 @@ class Verdict(StrEnum):
     NOT_SIGNIFICANT = "not significant"
     FAILED = "failed"
     NOT_COMPARABLE = "not comparable"
-    NO_INTERVAL = "no interval"  # the optimisation breakdown, where a side has no per-step samples
+    UNSUPPORTED = "cannot support a verdict"  # too few processes, and no earlier run to say their spread
+    NO_INTERVAL = "no interval"  # the breakdown, where a side has no steps or neither more than one process
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ class Metric:
     per_step: bool  # samples derive from the steady per-step times
     better: Verdict
     worse: Verdict
+    exact: bool = False  # repeats exactly from process to process (a memory peak): no spread to measure
 
 
 _TIME, _MEMORY = (Verdict.FASTER, Verdict.SLOWER), (Verdict.LESS_MEMORY, Verdict.MORE_MEMORY)
@@ -100,15 +101,15 @@ METRICS: dict[str, Metric] = {
         Metric("samples_per_s", "samples_per_s", True, True, *_TIME),
         Metric("samples_per_s_per_gpu", "samples_per_s_per_gpu", True, True, *_TIME),
         Metric("mfu", "mfu", True, True, *_TIME),
-        Metric("peak_mem", "peak_mem_allocated_gib", False, False, *_MEMORY),
-        Metric("peak_mem_reserved", "peak_mem_reserved_gib", False, False, *_MEMORY),
+        Metric("peak_mem", "peak_mem_allocated_gib", False, False, *_MEMORY, exact=True),
+        Metric("peak_mem_reserved", "peak_mem_reserved_gib", False, False, *_MEMORY, exact=True),
         Metric("energy_per_sample", "energy_j_per_sample", False, False, Verdict.LESS_ENERGY, Verdict.MORE_ENERGY),
         Metric("power", "energy_watts", False, False, Verdict.LESS_POWER, Verdict.MORE_POWER),
     )
 }
 DEFAULT_METRICS = ("step_time", "samples_per_s_per_gpu", "peak_mem", "mfu", "energy_per_sample", "power")
 #: verdicts that say nothing changed (or nothing can be said)
-UNCHANGED = (Verdict.NO_CHANGE, Verdict.NOT_SIGNIFICANT)
+UNCHANGED = (Verdict.NO_CHANGE, Verdict.NOT_SIGNIFICANT, Verdict.UNSUPPORTED)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class Comparison:
 
     metric: str
     statistic: str
-    baseline: float = math.nan  # the statistic over all baseline samples pooled
+    baseline: float = math.nan  # the side's figure (pooled_figure), as show prints it
     candidate: float = math.nan
     ratio: float = math.nan  # candidate / baseline
     ci_low: float = math.nan
@@ -127,20 +128,23 @@ class Comparison:
     verdict: Verdict = Verdict.NOT_COMPARABLE
     regression: bool = False
     reason: str | None = None
+    baseline_processes: int = 0  # the ok processes (repeats) of each side: the test's samples
+    candidate_processes: int = 0
+    between_cv: float = math.nan  # the spread between processes the test used (sd of log values)
+    earlier_df: int = 0  # the degrees of freedom of that spread from earlier runs on this machine
+    repeats_needed: float = math.nan  # processes a side that tell a change of min_change (95% power)
 
 
 @dataclass(frozen=True)
 class CompareOptions:
-    """How a comparison decides (the module docstring): the statistic over the pooled samples, the
-    smallest change that counts, the interval's confidence, the rank test's alpha, the bootstrap's
-    resamples and seed."""
+    """How a comparison decides (the module docstring): the statistic of a process's steps (and of
+    a side's pooled steps, its figure), the smallest change that counts, the interval's confidence
+    (its test's alpha is 1 - confidence) and the power the repeats needed are sized for."""
 
     statistic: str = STEP_STATISTIC
     min_change: float = 0.02
     confidence: float = 0.95
-    alpha: float = 0.05
-    n_boot: int = 2000
-    seed: int = 0
+    power: float = 0.95
 
 
 DEFAULT_OPTIONS = CompareOptions()
@@ -263,27 +267,54 @@ def steady_step_times(row: pd.Series | dict) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
-def metric_samples(row: pd.Series | dict, metric: Metric) -> np.ndarray:
-    """Samples of ``metric`` in one record: per steady step where the metric follows the step time,
-    else the single recorded figure (empty when the record lacks it)."""
+def _samples_per_step(row: pd.Series | dict, metric: Metric) -> float | None:
+    """A rate's figure times the step it was computed over: its samples (or MFU) per step, whose
+    ratio to a step is the rate; None for a step time, a loader's delivered rate, or no figure.
+    The step is samples per step over samples/s/GPU where both are recorded (exact), else the
+    recorded step (older records: the median)."""
     value = row.get(metric.column)
-    if metric.per_step:
-        steps = steady_step_times(row)
-        if steps.size and metric.column == "step_time_s":
-            return steps
-        step_time = _rated_step(row)
-        if steps.size and not is_missing(value) and not is_missing(step_time) and (steps > 0).all():
-            return float(value) * float(step_time) / steps
-    return np.empty(0) if is_missing(value) else np.array([float(value)])
-
-
-def _rated_step(row: pd.Series | dict) -> float | None:
-    """The step time a record's rates were computed over (see the module docstring)."""
+    if not metric.per_step or metric.column == "step_time_s" or is_missing(value) \
+            or not is_missing(row.get(f"extra.{DELIVERED_RATE}")):
+        return None
     samples, per_gpu = row.get("samples_per_step"), row.get("samples_per_s_per_gpu")
-    if is_missing(row.get(f"extra.{DELIVERED_RATE}")) and not is_missing(samples) and not is_missing(per_gpu) \
-            and per_gpu > 0:
-        return float(samples) / float(per_gpu)
-    return row.get("step_time_s")
+    step = float(samples) / float(per_gpu) if not is_missing(samples) and not is_missing(per_gpu) and per_gpu > 0 \
+        else row.get("step_time_s")
+    return None if is_missing(step) else float(value) * float(step)
+
+
+def _step_statistic(metric: Metric, statistic: str) -> str:
+    return statistic if metric.column == "step_time_s" else MIRRORED.get(statistic, statistic)
+
+
+def process_values(rows: pd.DataFrame, metric: Metric, statistic: str) -> tuple[np.ndarray, float]:
+    """One value of ``metric`` per record (a process) of ``rows``: the statistic over its steady
+    steps (a rate: its samples per step over that), else its recorded figure; and the floor its
+    steps set on a value's variance (:func:`benchbay.analysis.stats.per_process`)."""
+    values, floors = [], []
+    for _, row in rows.iterrows():
+        steps, per_step = steady_step_times(row), _samples_per_step(row, metric)
+        if metric.per_step and steps.size and (steps > 0).all() and (metric.column == "step_time_s" or per_step):
+            value, floor = per_process([steps], _step_statistic(metric, statistic))
+            values.append(float(value[0]) if per_step is None else per_step / float(value[0]))
+            floors.append(floor)
+        elif not is_missing(row.get(metric.column)):
+            values.append(float(row[metric.column]))
+    return np.array(values, dtype=float), float(np.mean(floors)) if floors else 0.0
+
+
+def pooled_figure(rows: pd.DataFrame, metric: Metric, statistic: str = STEP_STATISTIC) -> float:
+    """The one figure of ``metric`` over ``rows`` (the ok records of a point, or of one run of it),
+    as ``show``, the report and the progress line give it: a step time is the statistic over the
+    pooled steady steps, a rate samples per step over that step (never a mean of per-step rates),
+    another figure the statistic over the records' figures. NaN when none is recorded."""
+    records = [row for _, row in rows.iterrows()]
+    pooled = np.concatenate([steady_step_times(row) for row in records]) if records else np.empty(0)
+    per_step = [x for x in (_samples_per_step(row, metric) for row in records) if x is not None]
+    if metric.per_step and pooled.size and (metric.column == "step_time_s" or per_step):
+        step = float(STATISTICS[_step_statistic(metric, statistic)](pooled))
+        return step if metric.column == "step_time_s" else float(np.median(per_step)) / step
+    values = rows[metric.column].dropna().to_numpy(dtype=float) if metric.column in rows else np.empty(0)
+    return float(STATISTICS[statistic](values)) if values.size else math.nan
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:
@@ -299,9 +330,53 @@ def _statuses(rows: pd.DataFrame) -> str:
     return "/".join(sorted(rows["status"].astype(str).unique())) if "status" in rows and len(rows) else "absent"
 
 
-def compare_metric(point: MatchedPoint, metric: Metric, options: CompareOptions = DEFAULT_OPTIONS) -> Comparison:
-    """Compare one metric of one matched point; see the module docstring for the verdicts."""
-    statistic, min_change, alpha = options.statistic, options.min_change, options.alpha
+def _code_of(row: pd.Series) -> str:
+    """The runs whose processes ran the same code: those of one clean commit, else each run alone."""
+    commit = row.get("env.git_commit")
+    clean = isinstance(commit, str) and commit and not commit.endswith("-dirty")
+    return f"commit {commit}" if clean else f"run {row.get('run_id')}"
+
+
+def earlier_spread(point: MatchedPoint, earlier: pd.DataFrame | None, metric: Metric,
+                   statistic: str) -> tuple[float, int]:
+    """What this machine's earlier runs say about the spread between processes of the point
+    (:func:`benchbay.analysis.stats.log_spread`): its ok records in ``earlier`` on the candidate's
+    machine key, outside the two sides' runs, grouped by the code they ran (:func:`_code_of`)."""
+    if earlier is None or earlier.empty:
+        return 0.0, 0
+    rows = _ok(earlier)
+    sides = point.rows
+    if "run_id" in rows and "run_id" in sides:
+        rows = rows[~rows["run_id"].isin(set(sides["run_id"]))]
+    if "env.machine_key" in rows and "env.machine_key" in point.candidate:
+        rows = rows[rows["env.machine_key"].isin(set(point.candidate["env.machine_key"].dropna()))]
+    return code_spread(rows, metric, statistic)
+
+
+def code_spread(rows: pd.DataFrame, metric: Metric, statistic: str) -> tuple[float, int]:
+    """:func:`benchbay.analysis.stats.log_spread` of the process values of ``rows`` (one point's ok
+    records on one machine), grouped by the code they ran (:func:`_code_of`) and their configuration
+    (a knob the comparison ignores still sets a level of its own)."""
+    if rows.empty:
+        return 0.0, 0
+    codes = rows.apply(lambda row: f"{_code_of(row)} {row.get('point_id')}", axis=1)
+    return log_spread(process_values(group, metric, statistic)[0] for _, group in rows.groupby(codes, sort=False))
+
+
+def earlier_rows(earlier: pd.DataFrame | None, points: Sequence[MatchedPoint]) -> list[pd.DataFrame | None]:
+    """Each matched point's records in ``earlier`` (matched on the points' key columns), or None."""
+    if earlier is None or earlier.empty or not points:
+        return [None] * len(points)
+    keys = list(points[0].key)
+    groups = point_groups(earlier.reindex(columns=list(dict.fromkeys([*earlier.columns, *keys]))), keys)
+    return [earlier.iloc[groups.get(tuple(p.key.values()), [])] for p in points]
+
+
+def compare_metric(point: MatchedPoint, metric: Metric, options: CompareOptions = DEFAULT_OPTIONS,
+                   earlier: pd.DataFrame | None = None) -> Comparison:
+    """Compare one metric of one matched point; see the module docstring for the verdicts.
+    ``earlier``: this machine's earlier records of the point (:func:`earlier_rows`), or None."""
+    statistic, min_change = options.statistic, options.min_change
 
     def incomparable(reason: str) -> Comparison:
         return Comparison(metric.name, statistic, reason=reason)
@@ -317,41 +392,45 @@ def compare_metric(point: MatchedPoint, metric: Metric, options: CompareOptions 
     if cand_ok.empty:
         return Comparison(metric.name, statistic, verdict=Verdict.FAILED, regression=True,
                           reason=f"candidate status {_statuses(point.candidate)}")
-    base = [s for s in (metric_samples(r, metric) for _, r in base_ok.iterrows()) if s.size]
-    cand = [s for s in (metric_samples(r, metric) for _, r in cand_ok.iterrows()) if s.size]
-    if not base or not cand:
-        return incomparable(f"no {metric.column} in " + ("baseline" if not base else "candidate"))
-    try:
-        estimate = bootstrap_ratio(base, cand, statistic=statistic, confidence=options.confidence,
-                                   n_boot=options.n_boot, seed=options.seed)
-    except ZeroDivisionError as err:
-        return incomparable(str(err))
-    pooled_base, pooled_cand = np.concatenate(base), np.concatenate(cand)
-    p_value = mann_whitney_p(pooled_base, pooled_cand)
-    worse_by = (1.0 - estimate.ratio) if metric.higher_is_better else (estimate.ratio - 1.0)
-    # the rank test vetoes only where it could reject: 3 repeats of a memory peak per side cannot
-    test_can_reject = mann_whitney_floor(pooled_base.size, pooled_cand.size) < alpha
-    real = estimate.excludes_one and (not test_can_reject or p_value < alpha)
-    within = 1.0 - min_change <= estimate.low and estimate.high <= 1.0 + min_change
-    verdict = Verdict.NO_CHANGE if real or within else Verdict.NOT_SIGNIFICANT
-    if real and abs(estimate.ratio - 1.0) >= min_change:
-        verdict = metric.worse if worse_by > 0 else metric.better
-    return Comparison(metric.name, statistic, estimate.baseline, estimate.candidate, estimate.ratio, estimate.low,
-                      estimate.high, p_value, worse_by, verdict, regression=verdict == metric.worse,
-                      reason=_why(verdict, estimate, p_value, alpha, test_can_reject, min_change))
+    (base, base_floor), (cand, cand_floor) = (process_values(rows, metric, statistic) for rows in (base_ok, cand_ok))
+    if not base.size or not cand.size:
+        return incomparable(f"no {metric.column} in " + ("baseline" if not base.size else "candidate"))
+    base_figure, cand_figure = pooled_figure(base_ok, metric, statistic), pooled_figure(cand_ok, metric, statistic)
+    if not base_figure or not cand_figure > 0 or not (base > 0).all() or not (cand > 0).all():
+        return incomparable(f"a {statistic} of {metric.column} is 0: the ratio is undefined")
+    known = earlier_spread(point, earlier, metric, statistic)
+    test = ratio_test(base, cand, ratio=cand_figure / base_figure, earlier=known, floor=max(base_floor, cand_floor),
+                      exact_when_unknown=metric.exact, confidence=options.confidence)
+    worse_by = (1.0 - test.ratio) if metric.higher_is_better else (test.ratio - 1.0)
+    needed = repeats_needed(test.log_sd, min_change, earlier_df=known[1], alpha=1 - options.confidence,
+                            power=options.power) if test.known and min_change > 0 else math.nan
+    if not test.known:
+        verdict = Verdict.UNSUPPORTED
+    else:
+        within = 1.0 - min_change <= test.low and test.high <= 1.0 + min_change
+        verdict = Verdict.NO_CHANGE if test.excludes_one or within else Verdict.NOT_SIGNIFICANT
+        if test.excludes_one and abs(test.ratio - 1.0) >= min_change:
+            verdict = metric.worse if worse_by > 0 else metric.better
+    return Comparison(metric.name, statistic, base_figure, cand_figure, test.ratio, test.low, test.high, test.p_value,
+                      worse_by, verdict, regression=verdict == metric.worse,
+                      reason=_why(verdict, test, min_change, needed, (base.size, cand.size)),
+                      baseline_processes=base.size, candidate_processes=cand.size, between_cv=test.log_sd,
+                      earlier_df=known[1], repeats_needed=needed)
 
 
-def _why(verdict: str, estimate, p_value: float, alpha: float, test_can_reject: bool, min_change: float) -> str | None:
-    """The one reason a no-change or not-significant verdict stands on, shown beside it: a small p
-    beside "not significant" reads as a contradiction unless the interval is named as the reason."""
+def _why(verdict: str, test, min_change: float, needed: float, sides: tuple[int, int]) -> str | None:
+    """The one reason a verdict other than a clear change stands on, shown beside it: the interval
+    (over processes, so a reader sees the unit), or what is missing for one."""
+    processes = f"{sides[0]} vs {sides[1]} processes"
+    if verdict == Verdict.UNSUPPORTED:
+        return (f"{processes} and no earlier run of this point on this machine: the spread between processes is "
+                "unknown; run 2 or more repeats")
     if verdict == Verdict.NOT_SIGNIFICANT:
-        if not estimate.excludes_one:
-            return (f"the {estimate.confidence:.0%} interval [{estimate.low:.3g}, {estimate.high:.3g}] holds no "
-                    "change (repeats resampled)")
-        if test_can_reject and p_value >= alpha:
-            return f"the rank test's p {p_value:.2g} is not below {alpha:g}"
-    if verdict == Verdict.NO_CHANGE and not estimate.excludes_one:
-        return f"the interval lies within ±{min_change:.0%}"
+        more = f"; {needed:.0f} repeats a side would tell a {min_change:.0%} change" if needed > min(sides) else ""
+        interval = f"[{test.low:.3g}, {test.high:.3g}]"
+        return f"the {test.confidence:.0%} interval over {processes} {interval} holds no change{more}"
+    if verdict == Verdict.NO_CHANGE and not test.excludes_one:
+        return f"the interval over {processes} lies within ±{min_change:.0%}"
     if verdict == Verdict.NO_CHANGE:
         return f"a real change smaller than {min_change:.0%}"
     return None
@@ -405,10 +484,11 @@ def compare(
     key_columns: Sequence[str] | None = None,
     ignore_knobs: Sequence[str] = (),
     price_per_gpu_hour: float | None = None,
+    history: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per matched point and metric: suite, point, the key columns, metric, statistic,
-    baseline, candidate, ratio, ci_low, ci_high, p_value, worse_by, verdict, regression, reason,
-    caution.
+    """One row per matched point and metric: suite, point, the key columns, the fields of
+    :class:`Comparison`, caution. ``history``: this machine's earlier runs of the suite, whose
+    spread between processes stands in where the sides have too few (:func:`earlier_spread`).
 
     Metrics that neither side records for a point (e.g. MFU on CPU) are left out. With
     ``price_per_gpu_hour``, each point ends with its cost per 1M samples (:func:`cost_comparison`).
@@ -419,17 +499,17 @@ def compare(
     points = match_points(baseline, candidate, key_columns, ignore_knobs)
     rows = []
     names = describe_points([p.key for p in points], [p.label for p in points])
-    for point, name in zip(points, names, strict=True):
+    for point, name, earlier in zip(points, names, earlier_rows(history, points), strict=True):
         caution = point_caution(point)
         results = {}
         for metric_name in metrics:
             metric = METRICS[metric_name]
             if metric_name != metrics[0] and not _recorded(point, metric):
                 continue  # a figure neither side has (e.g. MFU on CPU); the first metric always shows
-            results[metric_name] = compare_metric(point, metric, options)
+            results[metric_name] = compare_metric(point, metric, options, earlier)
         if price_per_gpu_hour is not None:
             throughput = results.get("samples_per_s_per_gpu") or compare_metric(
-                point, METRICS["samples_per_s_per_gpu"], options)
+                point, METRICS["samples_per_s_per_gpu"], options, earlier)
             results[COST] = cost_comparison(throughput, price_per_gpu_hour)
         rows += [{"point": name, "label": point.label, **point.key, **asdict(result), "caution": caution}
                  for result in results.values()]
@@ -449,7 +529,7 @@ def format_ratio(row: pd.Series | dict) -> str:
     """``1.103 [1.095, 1.111]``, or ``-`` when there is no ratio."""
     if is_missing(row["ratio"]):
         return "-"
-    if row["ci_low"] == row["ci_high"]:
+    if is_missing(row["ci_low"]) or row["ci_low"] == row["ci_high"]:  # no interval, or one collapsed to the ratio
         return f"{row['ratio']:.3f}"
     return f"{row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
 

@@ -5,7 +5,8 @@ samples/s/GPU the table beside it shows (samples per step / step), at the suite'
 ``price_per_gpu_hour`` or the command line's ``--price-per-gpu-hour`` (which wins), in the
 price's currency. The energy figures are the records' own (``energy_j_per_sample``, and
 ``energy_watts``: the mean power of each process's GPU over the measured steps). A figure a
-point lacks is said to be absent, never shown as 0.
+point lacks is said to be absent, never shown as 0, and the notes under a table say why (MFU's
+too).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from benchbay.analysis.frame import is_missing
+from benchbay.analysis.mfu import mfu_note
 
 if TYPE_CHECKING:
     from benchbay.suite_model import SuiteMeta
@@ -96,8 +98,9 @@ def energy_note(rows: pd.DataFrame) -> str | None:
 
 
 def cost_notes(points: pd.DataFrame) -> list[str]:
-    """The price the cost column is at, or why it is absent; and why energy is, where it is."""
+    """The price the cost column is at, or why it is absent; and why energy is, and MFU
+    (``benchbay.analysis.mfu``), where they are: the notes under a table of a sample's figures."""
     shown = points.loc[points[COST].map(lambda v: not is_missing(v)), PRICE_KEY] if COST in present(points) else []
     price = (f"cost per 1M samples at {', '.join(f'{p:g}' for p in sorted(set(shown)))} per GPU-hour "
              "(in the price's currency), over samples/s/GPU") if len(shown) else NO_PRICE
-    return [note for note in (price, energy_note(points)) if note]
+    return [note for note in (price, energy_note(points), mfu_note(points)) if note]

@@ -1,14 +1,17 @@
 """``benchbay diff A B``: where the time of a step went between two profiled points.
 
 Each side is one ok record with a profile (``benchbay profile``). Rows are the step's phases
-(the profile's ``record_function`` ranges, plus ``idle``: the device's idle share of the median
-step) and the op families (``benchbay.collect.op_family``) of every kernel the profile timed, each
-with the seconds per step it gained or lost and its share of the change of the median step. The
-noise floor is the runs' own step spread (the median absolute deviation of each side's step
-times, added in quadrature): a row whose change lies inside it is not named a cause. Points on
-another GPU, world size or workload are refused unless ``force``. A profile recorded before its
-families were (only its top kernels kept) is compared by phase alone: a kernel that fell out of a
-top-15 list is not a saving."""
+(the profile's ``record_function`` ranges, ``unattributed`` for the time in none, plus ``idle``:
+the device's idle share of the median step) and the op families (``benchbay.collect.op_family``)
+of every kernel the profile timed, each with the seconds per step it gained or lost and its share
+of the summed absolute changes of its kind: phases can move in opposite directions, so that a
+share of the step's change would pass 100% (one phase +6 ms and another -4 ms are 60% and -40%,
+not 300% and -200% of a +2 ms step); what the changes of each kind add up to is said beside the
+step's own change, measured over other steps (the timed ones). The noise floor is the runs' own
+step spread (the median absolute deviation of each side's step times, added in quadrature): a row
+whose change lies inside it is not named a cause. Points on another GPU, world size or workload
+are refused unless ``force``. A profile recorded before its families were (only its top kernels
+kept) is compared by phase alone: a kernel that fell out of a top-15 list is not a saving."""
 
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ class Diff:
     incomparable: list[str]
     unit: str  # "step", or "sample" when the two batches differ (a larger batch's longer step is no loss)
     unfamilied: list[str]  # the sides whose profile holds no family totals (compared by phase alone)
+    summed: dict[str, float]  # per kind (phase, op family): its rows' changes added up, seconds per unit
 
 
 def _mad(times: list[float]) -> float:
@@ -91,20 +95,25 @@ def diff(a: dict[str, Any], b: dict[str, Any], force: bool = False) -> Diff:
     times_a, times_b = np.asarray(_steady(a)) / per_a, np.asarray(_steady(b)) / per_b
     step_a, step_b = float(np.median(times_a)), float(np.median(times_b))
     noise = math.hypot(_mad(times_a), _mad(times_b))
-    change = step_b - step_a
-    rows = []
+    rows, summed = [], {}
     unfamilied = [side for side, r in (("A", a), ("B", b)) if _families(r) is None]
     for kind, read in (("phase", _phases), ("op family", _families)):
         side_a, side_b = read(a), read(b)
         if side_a is None or side_b is None:
             continue
-        for name in dict.fromkeys([*side_a, *side_b]):
-            va, vb = side_a.get(name, 0.0) / per_a, side_b.get(name, 0.0) / per_b
+        deltas = {name: (side_a.get(name, 0.0) / per_a, side_b.get(name, 0.0) / per_b)
+                  for name in dict.fromkeys([*side_a, *side_b])}
+        moved = sum(abs(vb - va) for va, vb in deltas.values())
+        summed[kind] = sum(vb - va for va, vb in deltas.values())
+        for name, (va, vb) in deltas.items():
             delta = vb - va
             rows.append({"kind": kind, "name": name, "a_s": va, "b_s": vb, "delta_s": delta,
-                         "share": delta / change if change else float("nan"), "cause": abs(delta) > noise})
+                         "share": delta / moved if moved else float("nan"), "cause": abs(delta) > noise})
     rows.sort(key=lambda r: (r["kind"] != "phase", -abs(r["delta_s"])))
-    return Diff(a, b, rows, step_a, step_b, noise, incomparable, unit, unfamilied)
+    return Diff(a, b, rows, step_a, step_b, noise, incomparable, unit, unfamilied, summed)
+
+
+PLURAL = {"phase": "phases", "op family": "op families"}
 
 
 def _ms(seconds: float) -> str:
@@ -113,7 +122,7 @@ def _ms(seconds: float) -> str:
 
 def _table(d: Diff, kind: str) -> tuple[tuple[str, ...], list[tuple]]:
     u = d.unit
-    headers = (kind, f"A ms/{u}", f"B ms/{u}", f"Δ ms/{u}", f"share of Δ {u}", "")
+    headers = (kind, f"A ms/{u}", f"B ms/{u}", f"Δ ms/{u}", "share of Σ|Δ|", "")
     rows = [(r["name"], f"{r['a_s'] * 1e3:.2f}", f"{r['b_s'] * 1e3:.2f}", _ms(r["delta_s"]),
              "" if math.isnan(r["share"]) else f"{r['share']:.0%}", "cause" if r["cause"] else "within noise")
             for r in d.rows if r["kind"] == kind]
@@ -131,6 +140,11 @@ def _blocks(d: Diff, plot: Path | None) -> list[Block]:
             f"median step{' per sample' if d.unit == 'sample' else ''}: {d.step_a * 1e3:.2f} → "
             f"{d.step_b * 1e3:.2f} ms ({_ms(d.step_b - d.step_a)} ms); "
             f"noise floor ±{d.noise_s * 1e3:.2f} ms (step spread of both runs): a change inside it is not a cause"]
+    if d.summed:
+        head.append("share of Σ|Δ|: a row's change over the absolute changes of its kind added up (they can move "
+                    "in opposite directions, so no share is of the step's change); their changes add up to "
+                    + ", ".join(f"{_ms(total)} ms ({PLURAL[kind]})" for kind, total in d.summed.items())
+                    + f" against the median step's {_ms(d.step_b - d.step_a)} ms, timed over other steps")
     if d.unit == "sample":
         head.append("the batches differ: every figure is per sample (the side's per-step figure over its samples "
                     "per step)")

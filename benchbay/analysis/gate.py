@@ -1,11 +1,19 @@
 """Regression gate for CI: pass/fail a candidate run against a baseline, with a Markdown summary.
 
-A threshold (see :mod:`benchbay.analysis.thresholds`) fails on a point when the candidate is worse
-by at least its limit AND the change is statistically real (bootstrap interval of the ratio
-excludes 1, Mann-Whitney p < alpha), or when the point ran in the baseline but failed in the
-candidate (oom, crash, timeout...). Improvements and points that cannot be compared (different
-GPU, driver, CUDA or torch; missing on one side) never fail the gate unless
-``fail_on_incomparable`` is set; the summary lists them.
+Each check compares one point's processes (:func:`benchbay.analysis.compare.compare_metric`: one
+value per repeat, the spread between processes pooled with this machine's earlier runs of the
+point). A threshold of N% (see :mod:`benchbay.analysis.thresholds`) fails on a point when the
+candidate is worse by at least half of N (:data:`~benchbay.analysis.thresholds.FAIL_SHARE`) AND
+the change is real (the 95% interval of the ratio excludes 1), or when the point ran in the
+baseline but failed in the candidate (oom, crash, timeout...). It passes when the interval rules
+out a slowdown of N% (its worse end short of it). Between the two, the check ``cannot support a
+verdict``: the run has too few repeats to tell an N% slowdown from the noise between processes,
+and says how many a side it needs (:func:`benchbay.analysis.stats.repeats_needed`: alpha 5%,
+power 95%, from the spread measured). Such a check does not fail CI (exit code 0, as a pass):
+a gate that failed on noise would be switched off, and the summary's header says it gated nothing
+there. Improvements and points that cannot be compared (different GPU, driver, CUDA or torch;
+missing on one side) never fail the gate unless ``fail_on_incomparable`` is set; the summary lists
+them.
 
 The convergence-equivalence gate checks that an optimised point trains like its reference (same
 seed): :func:`loss_equivalence` compares the two loss curves step by step within
@@ -14,6 +22,7 @@ seed): :func:`loss_equivalence` compares the two loss curves step by step within
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -27,17 +36,24 @@ from benchbay.analysis.compare import (
     METRICS,
     UNCHANGED,
     CompareOptions,
+    Comparison,
     Verdict,
     caution_line,
+    code_spread,
     compare_metric,
     describe_points,
+    earlier_rows,
+    first_label,
     format_note,
     format_ratio,
     format_value,
     match_points,
     point_caution,
+    point_groups,
+    point_key_columns,
 )
-from benchbay.analysis.thresholds import Threshold, parse_threshold, value_matches
+from benchbay.analysis.stats import repeats_needed
+from benchbay.analysis.thresholds import FAIL_SHARE, Threshold, parse_threshold, value_matches
 from benchbay.markdown import markdown_table, one_line
 from benchbay.record import Status
 
@@ -67,7 +83,8 @@ class LossEquivalence:
 @dataclass
 class GateResult:
     """``checks``: one row per threshold and covered point (the fields of :class:`Comparison` plus
-    ``threshold``, ``point``, ``passed``); ``passed``: no check and no loss check failed."""
+    ``threshold``, ``point``, ``passed``); ``passed``: no check and no loss check failed (a check that
+    cannot support a verdict passes: ``unsupported`` counts them)."""
 
     checks: pd.DataFrame
     passed: bool
@@ -77,6 +94,10 @@ class GateResult:
     @property
     def exit_code(self) -> int:
         return 0 if self.passed else 1
+
+    @property
+    def unsupported(self) -> int:
+        return int((self.checks["verdict"] == Verdict.UNSUPPORTED).sum()) if len(self.checks) else 0
 
 
 def _representative_row(rows: pd.DataFrame) -> Mapping[str, Any]:
@@ -94,28 +115,30 @@ def gate(
     require_comparison: bool = False,
     key_columns: Sequence[str] | None = None,
     ignore_knobs: Sequence[str] = (),
+    history: pd.DataFrame | None = None,
 ) -> GateResult:
     """Check every threshold on every point it selects; exit code 1 on any regression.
 
     ``thresholds`` are strings in the threshold grammar or parsed :class:`Threshold` objects
     (default :data:`DEFAULT_THRESHOLDS`); a malformed string, or a selector that selects no point
     (a typo would pass every run), raises ValueError. Each threshold gives the statistic and the
-    smallest change of its checks; ``options`` the rest. ``require_comparison``: fail when no check
-    compared anything (a baseline of errors or without figures, no point shared, no finite step).
+    slowdown of its checks (the module docstring); ``options`` the rest. ``history``: this
+    machine's earlier runs of the suite, whose spread between processes stands in where the run
+    has too few. ``require_comparison``: fail when no check compared anything (a baseline of
+    errors or without figures, no point shared, no finite step).
     """
     texts = DEFAULT_THRESHOLDS if thresholds is None else thresholds
     parsed = [t if isinstance(t, Threshold) else parse_threshold(t) for t in texts]
     points = match_points(baseline, candidate, key_columns, ignore_knobs)
     rows = []
     names = describe_points([p.key for p in points], [p.label for p in points])
-    for point, name in zip(points, names, strict=True):
+    for point, name, earlier in zip(points, names, earlier_rows(history, points), strict=True):
         where = _representative_row(point.candidate if len(point.candidate) else point.baseline)
         caution = point_caution(point)
         for threshold in parsed:
             if not threshold.applies_to(where):
                 continue
-            result = compare_metric(point, METRICS[threshold.metric],
-                                    replace(options, statistic=threshold.statistic, min_change=threshold.limit))
+            result = _check(point, threshold, options, earlier)
             incomparable = result.verdict == Verdict.NOT_COMPARABLE
             passed = not result.regression and not (fail_on_incomparable and incomparable)
             rows.append({"point": name, "label": point.label, "threshold": str(threshold), **point.key,
@@ -132,6 +155,34 @@ def gate(
     result = GateResult(checks=checks, passed=not failed, loss_checks=list(loss_checks))
     result.markdown = format_gate(result, parsed)
     return result
+
+
+def _check(point, threshold: Threshold, options: CompareOptions, earlier: pd.DataFrame | None) -> Comparison:
+    """One threshold on one point: compare's verdict at half the threshold (at the whole of it for a
+    figure that repeats exactly: there is no noise to size for), then ``cannot support a verdict``
+    where that is no regression yet the interval does not rule out the threshold's slowdown."""
+    metric = METRICS[threshold.metric]
+    share = 1.0 if metric.exact else FAIL_SHARE
+    result = compare_metric(point, metric, replace(options, statistic=threshold.statistic,
+                                                   min_change=threshold.limit * share), earlier)
+    if result.verdict in (Verdict.FAILED, Verdict.NOT_COMPARABLE):
+        return result
+    if math.isnan(result.between_cv) or result.between_cv == 0:  # no spread known; none at all: one tells
+        needed = math.nan if math.isnan(result.between_cv) else 1
+    else:
+        needed = repeats_needed(result.between_cv, threshold.limit, earlier_df=result.earlier_df,
+                                alpha=1 - options.confidence, power=options.power)
+    result = replace(result, repeats_needed=needed)
+    worst = (1.0 - result.ci_low) if metric.higher_is_better else (result.ci_high - 1.0)  # NaN: no interval
+    if result.regression or worst < threshold.limit:
+        return result
+    cv = "" if math.isnan(needed) else f", between-process CV {result.between_cv:.1%}"
+    need = "2 or more repeats a side to measure the spread between processes" if math.isnan(needed) else \
+        f"{needed:.0f} repeats a side on this machine"
+    return replace(result, verdict=Verdict.UNSUPPORTED, regression=False,
+                   reason=f"cannot rule out a {threshold.limit:.0%} regression with {result.baseline_processes} vs "
+                          f"{result.candidate_processes} processes"
+                          f"{cv}: needs {need}")
 
 
 def _check_selectors(thresholds: Sequence[Threshold], rows: list[dict[str, Any]]) -> None:
@@ -164,10 +215,16 @@ def _section(title: str, checks: pd.DataFrame) -> list[str]:
 
 
 def format_gate(result: GateResult, thresholds: Sequence[Threshold]) -> str:
-    """A short Markdown summary for a CI job summary: verdict line, then only what needs a look."""
+    """A short Markdown summary for a CI job summary: verdict line, the repeats each threshold needs on
+    this machine, then only what needs a look."""
     checks = result.checks
-    status = "FAIL" if result.exit_code else "pass"
-    lines = [f"### benchbay gate: {'❌' if result.exit_code else '✅'} {status}", ""]
+    if result.exit_code:
+        head = "❌ FAIL"
+    elif result.unsupported:
+        head = f"⚠️ cannot support a verdict on {result.unsupported} of {len(checks)} checks (too few repeats)"
+    else:
+        head = "✅ pass"
+    lines = [f"### benchbay gate: {head}", ""]
     if len(checks):
         counts = checks["verdict"].value_counts()
         summary = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
@@ -176,9 +233,11 @@ def format_gate(result: GateResult, thresholds: Sequence[Threshold]) -> str:
         lines.append("No point was covered by a threshold.")
     lines.append("Thresholds: " + ", ".join(f"`{t}`" for t in thresholds) + ".")
     if len(checks):
+        lines += [f"- {line}" for line in repeats_lines(checks)]
         if caution := caution_line(checks):
             lines.append(caution.strip())
         lines += _section("Regressions", checks[checks["regression"]])
+        lines += _section("Cannot support a verdict", checks[checks["verdict"] == Verdict.UNSUPPORTED])
         improved = checks[~checks["regression"] & ~checks["verdict"].isin([*UNCHANGED, Verdict.NOT_COMPARABLE])]
         lines += _section("Improvements", improved)
         incomparable = checks[checks["verdict"] == Verdict.NOT_COMPARABLE]
@@ -199,6 +258,62 @@ def format_gate(result: GateResult, thresholds: Sequence[Threshold]) -> str:
                  "pass" if c.passed else f"FAIL: {c.message}") for c in result.loss_checks]
         lines += ["", "#### Loss equivalence", "", markdown_table(headers, rows)]
     return "\n".join(lines) + "\n"
+
+
+def repeats_lines(checks: pd.DataFrame) -> list[str]:
+    """Per threshold: the repeats a side it needs on this machine at its noisiest point (alpha 5%, power
+    95% for its slowdown, from the spread between processes measured), against the run's."""
+    out = []
+    for threshold, rows in checks.groupby("threshold", sort=False):
+        sized = rows[rows["repeats_needed"].notna()] if "repeats_needed" in rows else rows.iloc[:0]
+        has = rows.loc[rows["candidate_processes"] > 0, "candidate_processes"]
+        run = f"; this run has {has.min()}" if len(has) else ""
+        if sized.empty:
+            if (rows["verdict"] == Verdict.UNSUPPORTED).any():
+                out.append(f"`{threshold}`: the spread between processes is unknown here (one process a side and no "
+                           f"earlier run of these points on this machine): run 2 or more repeats{run}")
+            continue
+        worst = sized.loc[sized["repeats_needed"].idxmax()]
+        out.append(f"`{threshold}` needs {worst['repeats_needed']:.0f} repeats a side on this machine to catch its "
+                   f"slowdown 95% of the time (noisiest point {worst['point']}: between-process CV "
+                   f"{worst['between_cv']:.1%}){run}")
+    return out
+
+
+def repeats_on_record(history: pd.DataFrame | None, thresholds: Sequence[str | Threshold], repeats: int) -> list[str]:
+    """What a suite's gate needs, per machine that ran it (``history``: the suite's stored runs): for
+    each threshold, the repeats a side that catch its slowdown 95% of the time (alpha 5%) at the
+    noisiest point, from the spread between its processes on that machine; against ``repeats``."""
+    parsed = [t if isinstance(t, Threshold) else parse_threshold(t) for t in thresholds or DEFAULT_THRESHOLDS]
+    ok = history[history["status"] == Status.OK] if history is not None and len(history) else None
+    if ok is None or ok.empty or "env.machine_key" not in ok:
+        return [f"gate: the repeats a side it needs are unknown until the suite has run on a machine with 2 or more "
+                f"repeats (or twice at one clean commit); `benchbay gate` says them then (this suite runs {repeats})"]
+    lines = []
+    for machine, rows in ok.groupby("env.machine_key", sort=False):
+        columns = point_key_columns(rows)
+        groups = point_groups(rows, columns)
+        points = [rows.iloc[positions] for positions in groups.values()]
+        keys = [dict(zip(columns, key, strict=True)) for key in groups]
+        names = describe_points(keys, [first_label(point) for point in points])
+        for threshold in parsed:
+            sized = []
+            for name, point in zip(names, points, strict=True):
+                if not threshold.applies_to(point.iloc[0]):
+                    continue
+                squares, df = code_spread(point, METRICS[threshold.metric], threshold.statistic)
+                if df:
+                    sd = math.sqrt(squares / df)
+                    sized.append((repeats_needed(sd, threshold.limit, earlier_df=df), name, sd))
+            if not sized:
+                lines.append(f"gate on {machine}: `{threshold}`: no point ran there with 2 or more repeats (or twice "
+                             f"at one clean commit): the spread between processes is unknown")
+                continue
+            needed, name, sd = max(sized, key=lambda x: x[0])
+            lines.append(f"gate on {machine}: `{threshold}` needs {needed} repeats a side to catch its slowdown 95% of "
+                         f"the time (alpha 5%; noisiest point {name}: between-process CV {sd:.1%}); this suite runs "
+                         f"{repeats}")
+    return lines
 
 
 def format_no_baseline(machine_key: str, name: str | None, where: str | Path, required: bool) -> str:

@@ -2,11 +2,15 @@
 
 Feed it a frame of many runs (``load_runs`` over ``results/<suite>/*``): each point (suite,
 params, knobs, and machine key, so that different machines never share a series) becomes a
-series with one value per run, ordered by ``started_at`` then ``env.git_commit``. A change point
-is where :func:`benchbay.analysis.stats.change_points` finds the level of that series step by at
-least ``min_relative_step`` and clear of its run-to-run noise. A change point is a regression (or an
-improvement) only when :func:`benchbay.analysis.compare.compare_metric`, over the runs on either
-side of it, calls the change significant the same way; else it is ``noisy``.
+series with one value per run, its figure as ``show`` gives it
+(:func:`benchbay.analysis.compare.pooled_figure`), ordered by ``started_at`` then
+``env.git_commit``. A change point is where :func:`benchbay.analysis.stats.change_points` finds
+the level of that series step by at least ``min_relative_step`` and clear of the noise within the
+levels on either side (so that a large step is flagged in a short series as a small one is in a
+long one). A change point is a regression (or an improvement) only when
+:func:`benchbay.analysis.compare.compare_metric`, over the processes of the runs on either side of
+it, calls the change real the same way; else it is ``noisy``, or ``cannot support a verdict``
+where one process a side says nothing of their spread.
 """
 
 from __future__ import annotations
@@ -25,37 +29,36 @@ from benchbay.analysis.compare import (
     compare_metric,
     describe_points,
     first_label,
-    metric_samples,
     point_groups,
     point_key_columns,
+    pooled_figure,
 )
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, change_points
 from benchbay.record import Status
 
 
 def _run_values(rows: pd.DataFrame, metric: str, statistic: str) -> pd.DataFrame:
-    """One row per run of one point: the statistic over that run's pooled samples."""
-    reduce = STATISTICS[statistic]
+    """One row per run of one point: that run's figure (as show gives it)."""
     out = []
     for run_id, run in rows.groupby("run_id", sort=False):
-        samples = [metric_samples(r, METRICS[metric]) for _, r in run.iterrows()]
-        pooled = np.concatenate(samples) if samples else np.empty(0)
         commits = run["env.git_commit"].dropna() if "env.git_commit" in run else ()
         out.append({
             "run_id": run_id,
             "git_commit": commits.iloc[0] if len(commits) else None,
             "started_at": pd.to_datetime(run["started_at"], utc=True).min() if "started_at" in run else pd.NaT,
-            "value": float(reduce(pooled)) if pooled.size else np.nan,
+            "value": pooled_figure(run, METRICS[metric], statistic),
         })
     return pd.DataFrame(out).sort_values(["started_at", "git_commit"], na_position="last", kind="stable")
 
 
 def _verdict(rows: pd.DataFrame, before: pd.Series, after: pd.Series, metric: Metric, statistic: str) -> str:
-    """``regression``, ``improvement``, ``noisy`` (or ``not comparable``): what compare says of the runs of the level
-    before a change point against those of the level it starts."""
+    """``regression``, ``improvement``, ``noisy`` (or ``not comparable``, ``cannot support a verdict``): what
+    compare says of the processes of the runs of the level before a change point against those of the level it
+    starts."""
     point = MatchedPoint({}, rows[rows["run_id"].isin(before)], rows[rows["run_id"].isin(after)])
     verdict = compare_metric(point, metric, CompareOptions(statistic=statistic)).verdict
-    named = {metric.worse: "regression", metric.better: "improvement", Verdict.NOT_COMPARABLE: "not comparable"}
+    named = {metric.worse: "regression", metric.better: "improvement", Verdict.NOT_COMPARABLE: "not comparable",
+             Verdict.UNSUPPORTED: Verdict.UNSUPPORTED.value}
     return named.get(verdict, "noisy")
 
 
@@ -70,8 +73,8 @@ def history(
 ) -> pd.DataFrame:
     """One row per point and run: point, label, the key columns, run_id, git_commit, started_at,
     value, change_point (a new level starts at this run), step (relative change of the level
-    there), verdict (at a change point: regression, improvement or noisy, see the module
-    docstring) and regression (the verdict is one). Failed runs are left out.
+    there), verdict (at a change point: regression, improvement, noisy or cannot support a verdict,
+    see the module docstring) and regression (the verdict is one). Failed runs are left out.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; known: {list(METRICS)}")
@@ -86,6 +89,7 @@ def history(
     frames = []
     for key, label, name, positions in zip(keys, labels, describe_points(keys, labels), groups.values(), strict=True):
         runs = _run_values(ok.iloc[positions], metric, statistic).dropna(subset=["value"])
+        runs = runs[runs["value"] > 0]  # a figure of 0 (no samples) has no level to step from
         values = runs["value"].to_numpy()
         cuts = change_points(values, min_relative_step=min_relative_step, z=z) if values.size > 1 else []
         bounds = [0, *cuts, values.size]

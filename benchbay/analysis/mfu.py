@@ -6,7 +6,9 @@ fp32 points or an unlisted device; the command line reads it from ``BENCHBAY_PEA
 GEMM probe of the machine that ran the record (``env.gemm_tflops``, benchbay.collect.gemm_probe),
 the record's own ``peak_flops``, else the table's figure for the device's name (``env.gpu``, as
 ``torch.cuda.get_device_name`` reports it). The datasheet MFU divides by the vendor's dense bf16
-figure instead. Each row's ``mfu_peak`` says which peak its MFU is over. CPUs get None.
+figure instead. Each row's ``mfu_peak`` says which peak its MFU is over. CPUs get None, and
+:func:`mfu_note` says why a table shows no MFU (as ``benchbay.analysis.cost`` says it of cost and
+energy).
 """
 
 from __future__ import annotations
@@ -138,3 +140,31 @@ def peak_sources(points: pd.DataFrame) -> dict[str, str]:
         if labels:
             out[str(device)] = "; ".join(labels)
     return out
+
+
+#: how a reader gives every point a peak (the command line reads it)
+PEAK_HINT = "BENCHBAY_PEAK_TFLOPS=<TFLOP/s> gives every point one"
+
+
+def _why_absent(row: pd.Series) -> str:
+    if not _finite(row.get("samples_per_s_per_gpu")):
+        return "no samples/s"
+    gpu = row.get("env.gpu")
+    if not isinstance(gpu, str) or not gpu:
+        return f"no peak FLOP/s for a CPU: {PEAK_HINT}"
+    return f"no peak FLOP/s for {gpu}, which benchbay.analysis.mfu's table lacks: {PEAK_HINT}"
+
+
+def mfu_note(points: pd.DataFrame) -> str | None:
+    """Why the ok points (or records) whose workload gives its FLOPs a sample have no MFU; None
+    when each has one (a workload without ``flops_per_sample`` has no MFU to give)."""
+    ok = points[points["status"] == "ok"] if "status" in points else points
+    due = ok[ok["flops_per_sample"].map(_finite)] if "flops_per_sample" in ok else ok.iloc[:0]
+    lacking = due[~due["mfu"].map(_finite)] if "mfu" in due else due
+    if not len(lacking):
+        return None
+    reasons = "; ".join(dict.fromkeys(_why_absent(row) for _, row in lacking.iterrows()))
+    if len(lacking) == len(ok):
+        return f"MFU: absent ({reasons})"
+    named = ", ".join(map(str, lacking["name"])) if "name" in lacking else f"{len(lacking)} of {len(ok)} points"
+    return f"MFU: absent for {named} ({reasons})"

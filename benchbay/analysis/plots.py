@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import is_missing
@@ -40,7 +41,9 @@ def backend_colors(names) -> dict[str, str]:
 #: a waterfall bar's colour by its verdict (``benchbay.analysis.breakdown``); anything else is grey
 VERDICT_COLORS = {Verdict.FASTER: "tab:green", Verdict.SLOWER: "tab:red"}
 NOT_SIGNIFICANT_COLOR = "lightgray"
+FIRST_COLOR = "tab:blue"  # the breakdown's first bar: the reference of the others
 CUT_AXIS_RATIO = 3  # a waterfall bar this many times the shortest cuts the axis
+WHISKER_REACH = 2  # a waterfall whisker this many times the tallest bar shown runs off the axis
 _VARIANT_STYLES = ("o-", "s--", "^:", "D-.")  # one library's lines in one panel
 MIN_CPU_SAMPLES = 5  # fewer samples (one each 0.2 s) draw no course over time
 #: per-view decode latency in seconds (``benchbay.decode.measure.latency_summary`` via ``extra``)
@@ -178,10 +181,11 @@ def loss_curves(groups: Sequence[pd.DataFrame], path: Path, rtol: float, atol: f
 
 
 def decoder_points(summary: pd.DataFrame) -> pd.DataFrame:
-    """Ok points that report per-view decode latency."""
+    """Points with an ok repeat (``ok 2/3, oom 1/3`` too) that report per-view decode latency."""
     if LATENCY_MEDIAN not in summary:
         return summary.iloc[:0]
-    return summary[(summary["status"] == Status.OK) & summary[LATENCY_MEDIAN].notna()]
+    measured = summary["ok_repeats"] > 0 if "ok_repeats" in summary else summary["status"] == Status.OK
+    return summary[measured & summary[LATENCY_MEDIAN].notna()]
 
 
 def decoder_latency(summary: pd.DataFrame, path: Path) -> Path | None:
@@ -257,18 +261,20 @@ def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
     """Time per sample as a waterfall over the breakdown (each bar spans the change from the
     previous ok step, whisker = its confidence interval; per sample, since a step of a larger
     micro-batch is longer and yet faster) and the throughput of each step. A change or speed-up
-    whose interval includes no change is grey and marked "n.s.", never drawn as a gain or loss."""
+    whose interval includes no change is grey and marked "n.s.", one without an interval grey and
+    marked "no interval": never drawn as a gain or loss. Each label sits above its bar's whisker;
+    the legend below says what the colours mean."""
     ok = table[table["status"] == Status.OK]
     if len(ok) < 2:
         return None
-    fig = Figure(figsize=(11, 4.2))
+    fig = Figure(figsize=(11, 4.8), layout="constrained")
     ax_time, ax_rate = fig.subplots(1, 2)
     x = np.arange(len(ok))
     rates = ok["samples_per_s_per_gpu"].to_numpy(float)
     times = 1e3 / rates  # ms per sample per device
     previous = np.concatenate([[0.0], times[:-1]])
     verdicts = list(ok["verdict"])[1:]
-    colors = ["tab:blue"] + [VERDICT_COLORS.get(v, NOT_SIGNIFICANT_COLOR) for v in verdicts]
+    colors = [FIRST_COLOR] + [VERDICT_COLORS.get(v, NOT_SIGNIFICANT_COLOR) for v in verdicts]
     ax_time.bar(x, times - previous, bottom=previous, color=colors)
     # time per sample changes as 1 / (1 + throughput change)
     low = previous / (1 + ok["throughput_change_high"].to_numpy(float))
@@ -279,41 +285,73 @@ def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
     tall = times > CUT_AXIS_RATIO * times.min()
     cut = bool(tall.any() and not tall.all())
     shown = times[~tall] if cut else times
+    has_ci = np.isfinite(low) & np.isfinite(high)
+    # whiskers within reach set the axis too; a wider one (few, noisy processes: +6000%) runs off its
+    # top rather than squeeze every bar to a sliver
+    within = has_ci & (high <= WHISKER_REACH * shown.max()) & ~(tall & cut)
+    highest = max(shown.max(), high[within].max(initial=0.0))
+    lowest = min(shown.min(), low[has_ci & ~tall].min(initial=np.inf)) if cut else 0
     # room above the highest bar and whisker for its two-line label, and below the lowest whisker
-    highest = np.nanmax(np.append(shown, high[~tall] if cut else high))
-    lowest = np.nanmin(np.append(shown, low[~tall])) if cut else 0
-    top = highest + 0.25 * (highest - lowest) if cut else highest * 1.2
+    top = highest + 0.3 * (highest - lowest) if cut else highest * 1.25
     ax_time.set_ylim(lowest - 0.1 * (highest - lowest) if cut else 0, top)
-    for xi in x[tall] if cut else []:
+    over = times > top
+    for xi in x[over]:
         ax_time.annotate(f"{times[xi]:.4g}\n(cut)", (xi, top), textcoords="offset points", xytext=(0, -4), ha="center",
                          va="top", fontsize=8, color="white", fontweight="bold")
-    has_ci = np.isfinite(low) & np.isfinite(high)
     ax_time.errorbar(x[has_ci], times[has_ci], yerr=[times[has_ci] - low[has_ci], high[has_ci] - times[has_ci]],
                      fmt="none", ecolor="black", capsize=4)
-    # each label is its bar: the time per sample over the previous bar's
+    # each label is its bar: the time per sample over the previous bar's, above the bar (which spans
+    # from the previous level) and its whisker, never on them: inside the top of a bar cut by the
+    # axis, beside a whisker that runs off it
+    bar_top = np.maximum(times, previous)
+    whisker_top = np.where(has_ci, high, -np.inf)
     for xi, t, before, verdict in zip(x[1:], times[1:], times[:-1], verdicts, strict=True):
-        mark = "" if verdict in VERDICT_COLORS else "\nn.s."
-        inside = t <= top  # else under the figure written at the top of its cut bar
-        ax_time.annotate(f"{t / before - 1:+.1%}{mark}", (xi, min(t, top)), textcoords="offset points",
-                         xytext=(0, 6 if inside else -30), ha="center", va="bottom" if inside else "top", fontsize=8,
-                         color="black" if inside else "white")
-    real = (ok["speedup_low"].to_numpy(float) > 1) | (ok["speedup_high"].to_numpy(float) < 1)
-    ax_rate.bar(x, rates, color=["tab:blue"] + ["tab:blue" if r else NOT_SIGNIFICANT_COLOR for r in real[1:]])
-    for xi, rate, speedup, r in zip(x, rates, ok["speedup"], real, strict=True):
-        ax_rate.annotate(f"{speedup:.2f}x" + ("" if r or xi == 0 else " n.s."), (xi, rate), textcoords="offset points",
-                         xytext=(0, 4), ha="center", fontsize=8)
+        text = f"{t / before - 1:+.1%}{_unresolved(verdict)}"
+        if bar_top[xi] > top:  # under the figure written at the top of its cut bar, beside its whisker
+            ax_time.annotate(text, (xi, top), textcoords="offset points", xytext=(6 if has_ci[xi] else 0, -30),
+                             ha="left" if has_ci[xi] else "center", va="top", fontsize=8,
+                             color="black" if colors[xi] == NOT_SIGNIFICANT_COLOR else "white")
+        elif whisker_top[xi] > top:
+            ax_time.annotate(text, (xi, bar_top[xi]), textcoords="offset points", xytext=(6, 4), ha="left",
+                             va="bottom", fontsize=8)
+        else:
+            ax_time.annotate(text, (xi, max(bar_top[xi], whisker_top[xi])), textcoords="offset points",
+                             xytext=(0, 4), ha="center", va="bottom", fontsize=8)
+    speedup_low, speedup_high = (ok[c].to_numpy(float) for c in ("speedup_low", "speedup_high"))
+    speedup_verdicts = [Verdict.FASTER if lo > 1 else Verdict.SLOWER if hi < 1
+                        else Verdict.NOT_SIGNIFICANT if np.isfinite(lo) and np.isfinite(hi) else Verdict.NO_INTERVAL
+                        for lo, hi in zip(speedup_low, speedup_high, strict=True)]
+    ax_rate.bar(x, rates, color=[FIRST_COLOR] + [VERDICT_COLORS.get(v, NOT_SIGNIFICANT_COLOR)
+                                                 for v in speedup_verdicts[1:]])
+    for xi, rate, speedup, verdict in zip(x, rates, ok["speedup"], speedup_verdicts, strict=True):
+        ax_rate.annotate(f"{speedup:.2f}x" + ("" if xi == 0 else _unresolved(verdict, " ")), (xi, rate),
+                         textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
     ax_rate.set_ylim(top=rates.max() * 1.15)  # room for the labels above the tallest bar
-    for ax, ylabel in ((ax_time, f"ms per sample per {per}" + (" (axis cut)" if cut else "")),
+    for ax, ylabel in ((ax_time, f"ms per sample per {per}" + (" (axis cut)" if over.any() else "")),
                        (ax_rate, f"samples/s/{per}")):
         ax.set_xticks(x, list(ok["label"]), rotation=20, ha="right")
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
-    # the key in the titles: a legend inside the axes covered labels, outside them the canvas's edge
-    key = "\n(grey, n.s.: the 95% interval includes no change)"
-    faint = any(v not in VERDICT_COLORS for v in verdicts) or not real[1:].all()
-    ax_time.set_title("time per sample, change per optimisation" + (key if faint else ""), fontsize=10)
-    ax_rate.set_title("throughput, speed-up over the first" + (key if faint else ""), fontsize=10)
+    ax_time.set_title("time per sample, change from the previous step", fontsize=10)
+    ax_rate.set_title("throughput, speed-up over the first", fontsize=10)
+    # below both panels: inside the axes a legend covered bars or labels
+    shown_verdicts = {*verdicts, *speedup_verdicts[1:]}
+    key = [(FIRST_COLOR, "the first step: the reference")]
+    key += [(color, f"{v}: its 95% interval clear of no change") for v, color in VERDICT_COLORS.items()
+            if v in shown_verdicts]
+    if shown_verdicts - set(VERDICT_COLORS):
+        key.append((NOT_SIGNIFICANT_COLOR, "n.s.: its 95% interval includes no change; "
+                                           "grey without a whisker: too few processes for an interval"))
+    fig.legend([Patch(color=color) for color, _ in key], [text for _, text in key], loc="outside lower center",
+               ncol=2, fontsize=8, frameon=False)
     return save(fig, path)
+
+
+def _unresolved(verdict: str, sep: str = "\n") -> str:
+    """The mark of a change that is no gain or loss: "n.s." (interval includes no change); none for a
+    resolved one, nor for one with no interval (grey, no whisker: the legend says it once, where a
+    mark on every bar of a one-process run overlapped its neighbours')."""
+    return sep + "n.s." if verdict == Verdict.NOT_SIGNIFICANT else ""
 
 
 def phases(summary: pd.DataFrame, path: Path) -> Path | None:

@@ -1,32 +1,31 @@
-"""Small statistics for comparing benchmark runs.
+"""Small statistics for comparing benchmark runs, with the process as the unit.
 
 Timings come with structure: a point is run ``repeats`` times (fresh processes), each repeat
-measures many steps. Steps within one repeat share that process's luck (clocks, placement,
-allocator state), so the honest unit of variation is the repeat, then the step. The bootstrap
-here resamples in that order (a two-stage, "hierarchical" bootstrap): it does not treat 3 x 30
-steps as 90 independent draws when the repeats disagree.
+measures many steps. Steps within one process share that process's luck (clocks, placement,
+allocator state, page cache): on a 2-core CPU the same code runs 30% apart from one process to
+the next while its steps agree within 2%. Steps are therefore no samples of the noise a verdict
+must clear; a verdict stands on one value per process (:func:`per_process`), on the log scale
+(a slowdown is a ratio), with a t-test suited to few samples (:func:`ratio_test`). What the two
+sides cannot say about their spread, this machine's earlier runs of the point can
+(:func:`log_spread`, pooled into the test with their degrees of freedom); where nothing says it,
+there is no interval. :func:`repeats_needed` sizes a run from that spread.
 
 What is here:
 
 - :func:`coefficient_of_variation`: std / mean of a sample.
-- :func:`bootstrap_ratio`: ratio candidate/baseline of a statistic (median by default) with a
-  percentile confidence interval from the two-stage bootstrap.
-- :func:`mann_whitney_p`: two-sided Mann-Whitney U p-value of the pooled samples (scipy); a
-  distribution-free check that the two sides differ at all. :func:`mann_whitney_floor` says
-  whether the sample sizes let it reach a given alpha at all.
-- :func:`change_points`: binary segmentation on the mean of a series (one value per run), keeping
-  a split only when the step is both large (relative) and clear of the series' noise.
-
-Known limits: successive steps of one repeat are autocorrelated (thermal drift, periodic hiccups);
-the step stage of the bootstrap ignores that, so with a single repeat the interval is too narrow.
-Run at least 2-3 repeats where a decision depends on it.
+- :func:`per_process`, :func:`log_spread`, :func:`ratio_test`, :func:`repeats_needed`: above.
+- :func:`bootstrap_ratio`: ratio candidate/baseline of a statistic with a percentile interval from
+  a two-stage bootstrap (repeats, then the values within each); the tuner passes one value per
+  process, so its interval is over processes too. :func:`mean_interval`: of a few process values.
+- :func:`change_points`: circular binary segmentation on the log of a series (one value per run),
+  keeping a split when the step is large (relative) and clear of the noise within the levels.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +50,9 @@ _NAN_STATISTICS: dict[str, Callable[..., np.ndarray]] = {
 #: the steady window, the step throughput is computed over (benchbay.runner: the median hides the
 #: waits of loader workers delivering batches together), so samples/s = samples per step / step
 STEP_STATISTIC = "mean"
+#: the statistic of the steps that a rate's statistic is (a rate is samples per step over a step):
+#: the 10th percentile of samples/s is at the 90th percentile of the step
+MIRRORED = {"min": "max", "max": "min", "p10": "p90", "p90": "p10"}
 
 # bootstrap draws are processed in chunks so that one chunk holds at most this many samples
 _CHUNK_ELEMENTS = 2_000_000
@@ -170,79 +172,164 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95, n_boot: int
     return float(low), float(high)
 
 
-def mann_whitney_p(baseline: Sequence[float], candidate: Sequence[float]) -> float:
-    """Two-sided Mann-Whitney U p-value of two pooled samples (NaN if a side has < 2 samples).
+def per_process(steps_by_process: Sequence[Sequence[float]], statistic: str) -> tuple[np.ndarray, float]:
+    """One value per process, ``statistic`` over its steps, and the floor its own steps set on a
+    process value's variance on the log scale (the mean over processes of var(log step) / steps):
+    a process value is known no better than its steps say, however close the processes agree."""
+    _check_statistic(statistic)
+    processes = _as_repeats(steps_by_process)
+    values = np.array([float(STATISTICS[statistic](steps)) for steps in processes])
+    own = [np.var(np.log(steps), ddof=1) / steps.size for steps in processes if steps.size > 1 and (steps > 0).all()]
+    return values, float(np.mean(own)) if own else 0.0
 
-    It treats every sample as independent, so pass pooled steady-state steps; it answers "do the
-    two sides differ at all", not "by how much".
+
+def log_spread(groups: Iterable[Sequence[float]]) -> tuple[float, int]:
+    """The sum of squared deviations of the log values around each group's own mean, and its degrees
+    of freedom (values - groups, over the groups of two or more): a spread between processes that
+    the groups' levels (another commit, another side of a comparison) take no part in."""
+    squares, df = 0.0, 0
+    for group in groups:
+        values = np.asarray(group, dtype=float)
+        values = np.log(values[np.isfinite(values) & (values > 0)])
+        if values.size > 1:
+            squares += float(((values - values.mean()) ** 2).sum())
+            df += values.size - 1
+    return squares, df
+
+
+@dataclass(frozen=True)
+class ProcessTest:
+    """candidate / baseline with its interval and two-sided p-value from the spread between processes."""
+
+    ratio: float
+    low: float  # NaN where no spread is known: one process a side and nothing else to say it
+    high: float
+    p_value: float
+    log_sd: float  # the spread between processes used, sd of log values (about the CV)
+    df: int  # its degrees of freedom: the two sides' own and the earlier runs'
+    confidence: float
+
+    @property
+    def known(self) -> bool:
+        """The spread is known: the interval and the p-value mean something."""
+        return bool(np.isfinite(self.low))
+
+    @property
+    def excludes_one(self) -> bool:
+        """True when the whole interval lies on one side of 1 (the change is not noise)."""
+        return self.known and (self.low > 1.0 or self.high < 1.0)
+
+
+def ratio_test(baseline: Sequence[float], candidate: Sequence[float], *, ratio: float | None = None,
+               earlier: tuple[float, int] = (0.0, 0), floor: float = 0.0, exact_when_unknown: bool = False,
+               confidence: float = 0.95) -> ProcessTest:
+    """A pooled-variance t-test of the log process values of two sides.
+
+    ``ratio``: the figure to judge (the two sides' shown figures, candidate over baseline; by default
+    the ratio of the geometric means). The variance is pooled from both sides' spreads and
+    ``earlier`` (:func:`log_spread` of this machine's earlier runs of the point), never below
+    ``floor`` (:func:`per_process`'s). With no degree of freedom, there is no interval unless
+    ``exact_when_unknown`` (a figure that repeats exactly, such as a memory peak): then it collapses
+    to the ratio. ValueError for a side without a positive finite value.
     """
-    a = np.asarray(baseline, dtype=float)
-    b = np.asarray(candidate, dtype=float)
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    if a.size < 2 or b.size < 2:
-        return float("nan")
-    if np.ptp(np.concatenate([a, b])) == 0:
-        return 1.0  # identical constants: scipy would warn and return NaN
+    sides = [np.asarray(side, dtype=float) for side in (baseline, candidate)]
+    sides = [side[np.isfinite(side) & (side > 0)] for side in sides]
+    if not all(side.size for side in sides):
+        raise ValueError("ratio_test: each side needs at least one positive finite value (one per process)")
+    base, cand = sides
+    if ratio is None:
+        ratio = float(np.exp(np.log(cand).mean() - np.log(base).mean()))
+    squares, df = log_spread(sides)
+    squares, df = squares + earlier[0], df + earlier[1]
+    if not df and not exact_when_unknown:
+        return ProcessTest(ratio, math.nan, math.nan, math.nan, math.nan, 0, confidence)
+    variance = max(squares / df if df else 0.0, floor)
+    se = math.sqrt(variance * (1.0 / base.size + 1.0 / cand.size))
+    if se == 0:
+        return ProcessTest(ratio, ratio, ratio, 1.0 if ratio == 1.0 else 0.0, 0.0, df, confidence)
     from scipy import stats  # a second to import: workers import this module for the CV alone
 
-    return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    dist = stats.t(df) if df else stats.norm
+    half = float(dist.ppf(0.5 + confidence / 2)) * se
+    p_value = float(2 * dist.sf(abs(math.log(ratio)) / se))
+    return ProcessTest(ratio, ratio * math.exp(-half), ratio * math.exp(half), p_value, math.sqrt(variance), df,
+                       confidence)
 
 
-def mann_whitney_floor(n: int, m: int) -> float:
-    """The smallest two-sided p-value Mann-Whitney can give for sample sizes ``n`` and ``m``
-    (complete separation): with 3 vs 3 samples it is 0.1, so such a test can never reject at 0.05."""
-    if not (n and m):
-        return 1.0
-    # in log space: pytest-benchmark's thousands of rounds make comb() too large for a float
-    log_comb = math.lgamma(n + m + 1) - math.lgamma(n + 1) - math.lgamma(m + 1)
-    return min(1.0, math.exp(math.log(2.0) - log_comb))
+def repeats_needed(log_sd: float, change: float, *, earlier_df: int = 0, alpha: float = 0.05,
+                   power: float = 0.95) -> int:
+    """Processes a side at which :func:`ratio_test` (two-sided, at ``alpha``) finds a change of
+    ``change`` (0.05 = 5%) with probability ``power``, the spread between processes being
+    ``log_sd`` and ``earlier_df`` degrees of freedom known before the run (noncentral t)."""
+    if not change > 0:
+        raise ValueError(f"repeats_needed: the change to detect must be > 0, got {change!r}")
+    smallest = 1 if earlier_df else 2  # with nothing known before, two a side to measure the spread
+    if not log_sd > 0:
+        return smallest
+    from scipy import stats
 
-
-def _robust_noise(values: np.ndarray) -> float:
-    """Noise standard deviation from successive differences (a step shows up as one outlier)."""
-    if values.size < 3:
-        return 0.0
-    diffs = np.diff(values)
-    mad = np.median(np.abs(diffs - np.median(diffs)))
-    return float(1.4826 * mad / np.sqrt(2.0))
+    delta = math.log1p(change)
+    normal = 2 * ((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * log_sd / delta) ** 2
+    # the normal approximation is a lower bound; the t's heavier tails add a few at most
+    n = np.arange(max(smallest, math.floor(normal)), math.ceil(normal) + 64)
+    df = 2 * n - 2 + earlier_df
+    reached = stats.nct.sf(stats.t.ppf(1 - alpha / 2, df), df, delta / (log_sd * np.sqrt(2.0 / n))) >= power
+    return int(n[np.argmax(reached)]) if reached.any() else int(n[-1])
 
 
 def change_points(
     values: Sequence[float], *, min_relative_step: float = 0.05, z: float = 3.0, min_size: int = 1
 ) -> list[int]:
-    """Indices where the mean of ``values`` steps to a new level (index of the first new value).
+    """Indices where the level of ``values`` (positive: times, rates, sizes) steps to a new one (the
+    index of the first new value).
 
-    Binary segmentation: split a segment where the split explains the most variance (largest
-    ``nL*nR/n * (meanL - meanR)^2``), keep the split when the step is at least
-    ``min_relative_step`` of the left mean AND at least ``z`` standard errors of the series'
-    noise (estimated robustly from successive differences), then recurse into both halves.
+    Circular binary segmentation on the logs: in a segment, find the stretch whose level differs
+    most from the rest (largest ``n_in*n_out/n * (mean_in - mean_out)^2``; a stretch at either end
+    is a single step), keep its ends as change points when the step is at least
+    ``min_relative_step`` AND at least ``z`` standard errors of the noise within the stretch and
+    within the rest (their pooled sd: a step is never its own noise, so a -44% step in a short
+    series stands out as a -11% one does in a long one, and a dip between two levels is found
+    whole; with a single value a side the size alone decides), then recurse into the parts.
     ``min_size`` is the shortest segment allowed; with 1, a one-off spike shows as two change
-    points (up, then down), and a regression in the newest run can be flagged at once.
+    points, and a change in the newest run is flagged at once.
     """
     x = np.asarray(values, dtype=float)
     if np.isnan(x).any():
         raise ValueError("change_points: the series holds NaN; drop missing runs first")
-    sigma = _robust_noise(x)
+    if (x <= 0).any():
+        raise ValueError("change_points: the series holds a value <= 0; expected times, rates or sizes")
+    x = np.log(x)
     found: list[int] = []
 
     def split(lo: int, hi: int) -> None:
         n = hi - lo
         if n < 2 * min_size:
             return
-        seg = x[lo:hi]
-        cuts = np.arange(min_size, n - min_size + 1)
-        csum = np.cumsum(seg)
-        left_mean = csum[cuts - 1] / cuts
-        right_mean = (csum[-1] - csum[cuts - 1]) / (n - cuts)
-        gain = cuts * (n - cuts) / n * (left_mean - right_mean) ** 2
+        sums = np.concatenate([[0.0], np.cumsum(x[lo:hi])])
+        squares = np.concatenate([[0.0], np.cumsum(x[lo:hi] ** 2)])
+        start, stop = np.triu_indices(n + 1, k=1)  # the stretch x[start:stop] against the rest
+        inside, before, after = stop - start, start, n - stop
+        allowed = (inside >= min_size) & ((before == 0) | (before >= min_size)) & ((after == 0) | (after >= min_size)) \
+            & (inside < n)
+        start, stop, inside = start[allowed], stop[allowed], inside[allowed]
+        if not start.size:
+            return
+        sum_in, square_in = sums[stop] - sums[start], squares[stop] - squares[start]
+        mean_in, mean_out = sum_in / inside, (sums[-1] - sum_in) / (n - inside)
+        gain = inside * (n - inside) / n * (mean_in - mean_out) ** 2
         best = int(np.argmax(gain))
-        k, step, base = int(cuts[best]), right_mean[best] - left_mean[best], left_mean[best]
-        large = abs(step) >= min_relative_step * abs(base)
-        clear = abs(step) > z * sigma * np.sqrt(1.0 / k + 1.0 / (n - k))
+        m, step = int(inside[best]), float(mean_in[best] - mean_out[best])
+        within = (square_in[best] - sum_in[best] ** 2 / m) + \
+            (squares[-1] - square_in[best] - (sums[-1] - sum_in[best]) ** 2 / (n - m))
+        noise = math.sqrt(max(within, 0.0) / (n - 2)) if n > 2 else 0.0
+        large = abs(math.expm1(step)) >= min_relative_step
+        clear = abs(step) > z * noise * math.sqrt(1.0 / m + 1.0 / (n - m))
         if large and clear:
-            found.append(lo + k)
-            split(lo, lo + k)
-            split(lo + k, hi)
+            cuts = [lo + int(c) for c in (start[best], stop[best]) if 0 < c < n]
+            found.extend(cuts)
+            bounds = [lo, *cuts, hi]
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+                split(a, b)
 
     split(0, x.size)
     return sorted(found)

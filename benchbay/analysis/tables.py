@@ -1,11 +1,13 @@
 """Per-point summaries of a results frame, and the tables built on them.
 
-A *point* is one configuration of a suite (one ``point_id``); its rows are its repeats. The
+A *point* is one configuration of a suite (one ``point_id``); its rows are its repeats. Its figure
+is one run's: that of its newest ok record (else its newest run); the records of its other runs
+are its ``history`` (an old failure is no reason of today's figure, nor pooled into it). The
 summary keeps one row per point: the knobs and params, the combined status of the repeats, the
 step time as the mean of the pooled steady-state steps of the ok repeats (``stats.STEP_STATISTIC``,
-the statistic ``benchbay.analysis.compare``, the breakdown, history and plots use) and their
-coefficient of variation, throughput and MFU over that step (samples/s/GPU = samples per step /
-step) and the cost of a sample over it (``benchbay.analysis.cost``), medians of the other rates,
+the statistic ``benchbay.analysis.compare``, the breakdown, history and plots use), its p10 and p90
+and coefficient of variation over the same steps, throughput and MFU over that step (samples/s/GPU
+= samples per step / step) and the cost of a sample over it (``benchbay.analysis.cost``), medians of the other rates,
 maxima of the memory peaks, the health warnings of its repeats with ``notes`` for a reader (see
 ``benchbay.analysis.quality``), and the first ok repeat's series and extras for plots.
 """
@@ -27,7 +29,7 @@ from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column, peak_label_c
 from benchbay.analysis.quality import cards_note, graph_break_note, notes, warnings_of
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
-from benchbay.analysis.update_fidelity import verdict
+from benchbay.analysis.update_fidelity import verdict, with_compute
 from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, Status
 
 #: figures summarised by their median over the ok repeats
@@ -35,7 +37,7 @@ MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "first_step_s", "samples
                   "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu", "mfu_datasheet", "cpu_util_mean",
                   "gpu_util_mean", "compile_time_s", "warmup_steps", "data_wait_s", "data_wait_share",
                   "child_cpu_util_mean", "loader_s", "update_applied_share", "update_applied_share_se",
-                  "update_lost_share", "energy_j_per_sample", "energy_watts")
+                  "update_lost_share", "compute_gradient_cosine", "energy_j_per_sample", "energy_watts")
 #: figures summarised by their maximum over the ok repeats (the worst case is what limits a batch)
 MAX_METRICS = ("peak_mem_allocated_gib", "peak_mem_reserved_gib", "device_mem_total_gib", "alloc_retries",
                "nvml_mem_used_gib", "peak_host_rss_gib")
@@ -74,12 +76,46 @@ def _carried(rows: pd.DataFrame, ok: pd.DataFrame, column: str) -> Any:
     return _first_valid(rows[column])
 
 
+def _runs_of(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A point's rows split by run: the figure's (the run of its newest ok record, else its newest
+    run) and the others, each marked ``later`` when that run measured the point after the figure's."""
+    if "run_id" not in rows or rows["run_id"].nunique() < 2:
+        return rows, rows.iloc[:0].assign(later=False)
+    # ISO times sort as text (a record without one as the oldest); without the field, in row order
+    started = (rows["started_at"].fillna("").astype(str) if "started_at" in rows
+               else pd.Series(np.arange(len(rows)), index=rows.index))
+    first = started.groupby(rows["run_id"]).transform("min")
+    ok = (rows["status"] == Status.OK).to_numpy()
+    candidates = np.flatnonzero(ok) if ok.any() else np.arange(len(rows))
+    newest = candidates[np.argsort(first.to_numpy()[candidates], kind="stable")[-1]]
+    figure = rows["run_id"] == rows["run_id"].iloc[newest]
+    return rows[figure], rows[~figure].assign(later=first[~figure] > first.iloc[newest])
+
+
+def _other_runs(others: pd.DataFrame) -> str:
+    """The records of a point's other runs (:func:`_runs_of`) in one line: ``earlier: error 3 in 3
+    runs`` (before its figure's run), ``later: oom 1 in 1 run (the newest reason)`` (failed since)."""
+    parts = []
+    for when, rows in (("earlier", others[~others["later"]]), ("later", others[others["later"]])):
+        if rows.empty:
+            continue
+        runs = rows["run_id"].nunique()
+        counts = ", ".join(f"{status} {n}" for status, n in rows["status"].astype(str).value_counts(sort=False).items())
+        reasons = rows.loc[rows["status"] != Status.OK, "reason"][::-1] if "reason" in rows else []
+        why = f" ({_first_valid(reasons)})" if when == "later" and _first_valid(reasons) else ""
+        parts.append(f"{when}: {counts} in {runs} run{'s' if runs > 1 else ''}{why}")
+    return "; ".join(parts)
+
+
 def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, Any]:
+    rows, others = _runs_of(rows)
     ok = rows[rows["status"] == Status.OK]
     figures = ok if len(ok) else rows
     out = {c: _carried(rows, ok, c) for c in carried}
     out["label"] = _first_valid(rows["label"]) if "label" in rows else None
     out["repeats"] = len(rows)
+    out["ok_repeats"] = len(ok)
+    out["history"] = _other_runs(others)
     out["status"] = combined_status(rows["status"].astype(str))
     out["reason"] = _first_valid(rows.loc[rows["status"] != Status.OK, "reason"]) if "reason" in rows else None
     samples = [s for s in (steady_step_times(r) for _, r in ok.iterrows()) if s.size]
@@ -89,6 +125,9 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     if samples:
         pooled = np.concatenate(samples)
         out["step_time_s"] = float(STATISTICS[STEP_STATISTIC](pooled))
+        # the spread of the same steps as the step: a median of each repeat's p90 can lie below a
+        # pooled mean that a slow repeat raised
+        out["step_time_p10_s"], out["step_time_p90_s"] = (float(STATISTICS[q](pooled)) for q in ("p10", "p90"))
         out["step_time_cv"] = coefficient_of_variation(pooled)
         _rates_over_step(out, ok)
     else:
@@ -110,8 +149,9 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     # its spread says nothing of the decoding, whose figures are its latency and CPU
     out["notes"] = notes(None if decodes(ok) else out["step_time_cv"], [*out["health_warnings"], graph_break_note(ok),
                                                                            cards_note(ok)])
-    out["fidelity"] = fidelity_label(out["update_applied_share"], out["update_applied_share_se"],
-                                     trains=_has_losses(out.get("losses")))
+    out["fidelity"] = with_compute(fidelity_label(out["update_applied_share"], out["update_applied_share_se"],
+                                                  trains=_has_losses(out.get("losses"))),
+                                   out.get("extra.compute_fidelity"), out["compute_gradient_cosine"])
     return out
 
 
@@ -229,15 +269,15 @@ def suite_varying(summary: pd.DataFrame, suite: str) -> list[str]:
 SWEEP_COLUMNS = ("name", "status", "repeats", "step_time_s", "step_time_p10_s", "step_time_p90_s", "step_time_cv",
                  "samples_per_s_per_gpu", *FIGURES, "peak_mem_allocated_gib", "peak_mem_reserved_gib",
                  "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "warmup_detected", "notes",
-                 "reason")
+                 "reason", "history")
 #: a decoder point's sweep row: its figures are its latency and CPU (the report's Decoders section)
-DECODE_SWEEP_COLUMNS = ("name", "status", "repeats", "peak_host_rss_gib", "notes", "reason")
+DECODE_SWEEP_COLUMNS = ("name", "status", "repeats", "peak_host_rss_gib", "notes", "reason", "history")
 #: a decoder's key figures, for a terminal: its latency, CPU and delivered rate, no step
 DECODE_KEY_COLUMNS = ("name", "status", "extra.view_latency_ms_median", "extra.cpu_s_per_sample",
-                      f"extra.{DELIVERED_RATE}", "notes", "reason")
+                      f"extra.{DELIVERED_RATE}", "notes", "reason", "history")
 #: the key figures, for a terminal
 KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", *FIGURES, "peak_mem_allocated_gib",
-               "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "notes", "reason")
+               "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "notes", "reason", "history")
 
 
 def decodes(points: pd.DataFrame) -> bool:

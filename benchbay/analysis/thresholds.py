@@ -8,9 +8,13 @@ Grammar::
 - ``metric`` is one of :data:`METRICS` (``step_time``, ``samples_per_s``, ``samples_per_s_per_gpu``,
   ``mfu``, ``peak_mem``, ``peak_mem_reserved``).
 - ``statistic`` is one of ``median`` (the default), ``mean``, ``min``, ``max``, ``p10``, ``p90``;
-  it is taken over the steady-state steps of every repeat.
-- ``number%`` is the regression that fails the gate (this much or more, and statistically real):
-  slower, less throughput, or more memory. Improvements never fail a gate.
+  it is taken over the steady-state steps of each repeat (a process), whose values the gate tests.
+- ``number%`` is the regression the gate is sized to catch: slower, less throughput, or more
+  memory. At the repeats the gate asks for on the machine (alpha 5%, power 95%, from the spread
+  between processes) one of this size fails 95% of the time; a real one of at least half of it
+  (:data:`FAIL_SHARE`) fails (a memory peak, which repeats exactly: at least all of it); a run too
+  short to rule out one of this size cannot support a verdict (benchbay.analysis.gate).
+  Improvements never fail a gate.
 - ``selector`` restricts the threshold to matching points: ``key`` is a column of the results
   frame (``label``, a knob such as ``mbs`` or ``compile``, ``param.preset``, ``suite``...),
   ``pattern`` a value or a shell-style glob (``label=+compile*``). Several ``key=pattern`` pairs,
@@ -37,6 +41,10 @@ _EXPECTED = (
     "'peak_mem:2%' or 'label=+compile/step_time:median:5%'"
 )
 _PERCENT = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)%$")
+#: the share of a threshold that a real regression must reach to fail: at the repeats the gate asks
+#: for, the interval clears no change once the estimate passes about half the threshold, so that one
+#: of the threshold's size fails 95% of the time; more repeats do not fail a real change much smaller
+FAIL_SHARE = 0.5
 
 
 @dataclass(frozen=True)

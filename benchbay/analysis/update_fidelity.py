@@ -1,5 +1,6 @@
 """The verdict on an optimizer's update fidelity (benchbay.collect.fidelity measures the applied share
-of an fp32 AdamW's update): a rule on two numbers, which the tables read without torch."""
+of an fp32 AdamW's update): a rule on two numbers, which the tables read without torch; and the
+fidelity cell that shows compute fidelity's verdict beside it (benchbay.collect.compute_fidelity)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,12 @@ def verdict(share: float | None, se: float | None) -> str | None:
     if share + margin < 1.0 - TOLERANCE or share - margin > 1.0 + TOLERANCE:
         return "lossy"
     return "uncertain"
+
+
+def with_compute(label: str, compute: str | None, cosine: float | None) -> str:
+    """The fidelity cell: the update's label, then compute fidelity's verdict and the gradients' cosine
+    to the reference (``faithful (1.00); compute lossy (0.9712)``) where it was measured."""
+    if not isinstance(compute, str) or not compute:
+        return label
+    figure = f" ({cosine:.4f})" if isinstance(cosine, float) and math.isfinite(cosine) else ""
+    return f"{label}; compute {compute}{figure}" if label else f"compute {compute}{figure}"

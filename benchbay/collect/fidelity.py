@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from benchbay.analysis.update_fidelity import verdict
+from benchbay.collect.compute_fidelity import ComputeFidelity
 
 #: elements sampled from each trainable tensor (all of a smaller one)
 PER_TENSOR = 256
@@ -138,3 +139,26 @@ class UpdateFidelity:
                                               f"AdamW with fp32 weights and state from the same clipped gradients"
                                               + ("; some tensors had no gradient at some steps" if
                                                  self.missing_grads else ""))}}
+
+
+class Fidelity:
+    """Both measures of a training point's numerics: the update's over the measured steps (above), the
+    compute's once before them (benchbay.collect.compute_fidelity)."""
+
+    def __init__(self, update: UpdateFidelity, compute: ComputeFidelity):
+        self.update, self.compute = update, compute
+        self.steps = 0  # steps run so far: the index of the next one
+
+    def before_step(self) -> None:
+        self.steps += 1
+        self.update.before_step()
+
+    def start_window(self) -> None:
+        """At the first measured step, before it runs (and before the worker resets the peak memory)."""
+        self.compute.measure(self.steps)
+        self.update.start_window()
+
+    def summary(self) -> dict:
+        update, compute = self.update.summary(), self.compute.summary()
+        return {key: {**update.get(key, {}), **compute.get(key, {})} for key in ("metrics", "extra")
+                if key in update or key in compute}

@@ -11,16 +11,19 @@ writes into its folder:
 ``summary()`` gives what the record keeps under ``extra`` (``analyse`` gives the same from any
 stored trace): the top-ops table, seconds per step of each op family over every kernel and of
 each phase of the step (the ``record_function`` ranges the harness and the workloads emit; on
-CUDA the device time of the kernels launched inside a range, on CPU the range's host time), the
-share of the profiled device time the GPU sat idle between kernels (launch-bound time) and
-host-device syncs per step (the compiler's counters are in every record:
-``benchbay.collect.compile``)."""
+CUDA the device time of the kernels launched inside a range, on CPU the range's host time; the
+innermost range wins, and what lies in none is ``unattributed``: a step whose loss opens no
+``forward`` range has its forward there), the profiled step itself, the share of the profiled
+device time the GPU sat idle between kernels (launch-bound time) and host-device syncs per step
+(the compiler's counters are in every record: ``benchbay.collect.compile``). On CPU the phases
+add up to the profiled step; on CUDA to the device's busy time, the idle share being the rest."""
 
 from __future__ import annotations
 
 import bisect
 import csv
 import functools
+import itertools
 import json
 import os
 from collections import Counter, defaultdict
@@ -33,6 +36,8 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from benchbay.collect.op_family import family
 
 PHASES = ("data", "frozen_encoders", "forward", "backward", "optimizer", "communication")
+#: the step's time (host) or kernels (device) in no phase range, so that the phases cover the step
+UNATTRIBUTED = "unattributed"
 TOP_OPS = 15
 STEP_RANGE = "ProfilerStep#"  # torch.profiler's range around each step
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -102,6 +107,7 @@ def analyse(trace_path: Path) -> dict[str, Any]:
         "profile_top_ops": trace.top_ops(steps),
         "profile_families": trace.family_seconds(steps),
         "phases": trace.phase_seconds(steps),
+        "profiled_step_s": sum(e["dur"] for e in trace.steps) / 1e6 / steps if trace.steps else None,
         "phase_clock": "device" if trace.device else "host",
         "idle_gap_share": trace.idle_gap_share(),
         "syncs_per_step": trace.host_syncs() / steps,
@@ -194,20 +200,22 @@ class Trace:
         return self_us
 
     def phase_seconds(self, steps: int) -> dict[str, float]:
-        """Seconds per step of each phase range present: on CUDA the device time of the work
-        launched inside the range (the innermost phase range wins), on CPU the range's duration."""
+        """Seconds per step of each phase range present, and ``unattributed``: on CUDA the device
+        time of the work launched inside each range, on CPU the host time of the step inside it; the
+        innermost phase range wins either way, so no time is counted twice."""
         ranges = [e for e in self.annotations if e["name"] in PHASES]
-        seconds = dict.fromkeys(sorted({e["name"] for e in ranges}, key=PHASES.index), 0.0)
+        seconds = dict.fromkeys([*sorted({e["name"] for e in ranges}, key=PHASES.index), UNATTRIBUTED], 0.0)
         if not self.device:
-            for e in ranges:
-                seconds[e["name"]] += e["dur"] / 1e6 / steps
+            for step in self.steps:
+                for name, us in _partition(step, [e for e in ranges if _thread(e) == _thread(step)]):
+                    seconds[name] += us / 1e6 / steps
             return seconds
         starts = [e["ts"] for e in ranges]
         for e in self.device:
             launch = self.launch_of.get(e.get("args", {}).get("correlation"))
-            phase = launch and _innermost(ranges, starts, launch)
-            if phase:
-                seconds[phase["name"]] += e["dur"] / 1e6 / steps
+            if launch:  # launched in the profiled steps
+                phase = _innermost(ranges, starts, launch)
+                seconds[phase["name"] if phase else UNATTRIBUTED] += e["dur"] / 1e6 / steps
         return seconds
 
     # ---- where the device waited ----------------------------------------------------------------
@@ -247,6 +255,19 @@ class Trace:
         thread = _thread(call)
         op = _innermost(self.thread_ops.get(thread, []), self._thread_starts.get(thread, []), call)
         return (thread, op["ts"] if op else call["ts"])
+
+
+def _partition(step: dict[str, Any], ranges: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """A step's host time cut at every phase range's ends, each piece the innermost (latest
+    started) range's around it, or ``unattributed``: (phase, microseconds) pieces that add up to the step."""
+    start, end = step["ts"], _end(step)
+    inside = [e for e in ranges if e["ts"] < end and _end(e) > start]
+    cuts = sorted({start, end, *(min(max(t, start), end) for e in inside for t in (e["ts"], _end(e)))})
+    pieces = []
+    for low, high in itertools.pairwise(cuts):
+        around = [e for e in inside if e["ts"] <= low and _end(e) >= high]
+        pieces.append((max(around, key=lambda e: e["ts"])["name"] if around else UNATTRIBUTED, high - low))
+    return pieces
 
 
 def _innermost(ranges: list[dict[str, Any]], starts: list[float], event: dict[str, Any]) -> dict[str, Any] | None:

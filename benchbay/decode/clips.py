@@ -407,7 +407,8 @@ class EpisodeVideo:
 
 @dataclass(frozen=True)
 class VideoDataset:
-    """A LeRobot dataset on disk (v2.1 or v3.0, told by info.json), as the decode benchmarks read it."""
+    """A LeRobot dataset on disk (v2.1 or v3.0, told by info.json), as the decode benchmarks read it
+    (a plain folder of video files too: ``benchbay.decode.folder.open_videos``)."""
 
     root: Path
     info: dict[str, Any]
@@ -437,7 +438,9 @@ class VideoDataset:
 
     @property
     def layout(self) -> str:
-        return "v3.0" if self.info["codebase_version"] == "v3.0" else "v2.1"
+        """v2.1 (v2.0 is its layout), v3.0, or a plain folder's (``benchbay.decode.folder``)."""
+        version = self.info["codebase_version"]
+        return "v2.1" if version == "v2.0" else version
 
     @property
     def cameras(self) -> list[str]:

@@ -1,7 +1,7 @@
 """Video inside the training loop (``data: video`` on a training workload): a torch DataLoader over
-a LeRobot-layout dataset whose workers decode each sample's views with the chosen backend (the
-decode package's own dataset and decoders) and turn them into what the model's real loader hands
-over (``SamplePipeline``: DreamZero's tiled DROID canvas, Wall-X's Qwen2.5-VL image patches).
+a LeRobot-layout dataset (or a plain folder of video files) whose workers decode each sample's views
+with the chosen backend (the decode package's own dataset and decoders) and turn them into what the
+model's real loader hands over (``SamplePipeline``: DreamZero's tiled DROID canvas, Wall-X's Qwen2.5-VL image patches).
 
 The step then waits for the batch like a real step does: ``TrainingWorkload.prepare`` times that
 wait (``data_wait_s``), the system sampler the workers' CPU. The workers are asked for
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from benchbay.decode.backends import BACKENDS, Settings
 from benchbay.decode.clips import PRESETS, VideoDataset, cached_dataset
+from benchbay.decode.folder import open_videos
 from benchbay.decode.loader import DecodeDataset, make_loader, next_batch
 from benchbay.decode.patterns import Pattern
 from benchbay.knobs.video import VIDEO_KNOBS
@@ -65,7 +65,7 @@ def dataset_preset(workload: TrainingWorkload) -> str:
 
 def _codecs(params: dict[str, Any], preset: str) -> set[str]:
     if params.get("root"):
-        dataset = VideoDataset.open(Path(params["root"]))
+        dataset = open_videos(params["root"])
         return {dataset.codec(camera) for camera in dataset.cameras}
     return {PRESETS[preset].codec}
 
@@ -122,6 +122,6 @@ def open_feed(workload: TrainingWorkload, pattern: type[Pattern], pipeline: Samp
 def open_dataset(params: dict[str, Any], preset: str, seed: int) -> VideoDataset:
     """``params.root`` when given, else the generated ``preset`` dataset (decode.clips.PRESETS)."""
     if params.get("root"):
-        return VideoDataset.open(Path(params["root"]))
+        return open_videos(params["root"])
     spec = PRESETS[preset].replace(episodes=params.get("episodes"), episode_frames=params.get("episode_frames"))
     return VideoDataset.open(cached_dataset(spec, seed))

@@ -41,6 +41,10 @@ GENERIC: dict[str, Knob] = {
     "precision": Knob("bf16_mixed", "bf16_mixed: fp32 weights, gradients (4+4 B/param) + bf16 compute; bf16: bf16 "
                       "weights and gradients (2+2 B/param; the optimizer knob says how they are updated); fp32",
                       ("bf16_mixed", "bf16", "fp32")),
+    "float8": Knob("off", "FP8 training (torchao) of the repeated blocks' linears: tensorwise (fastest), rowwise, "
+                   "rowwise_with_gw_hp (weight gradients in bf16, most accurate); first and last layers, heads, adaLN "
+                   "and small or odd shapes stay bf16 (docs/fp8.md); needs CUDA compute capability >= 8.9",
+                   ("off", "tensorwise", "rowwise", "rowwise_with_gw_hp")),
     "optimizer": Knob("adamw", "; ".join(f"{c.name}: {c.help}" for c in OPTIMIZERS.values()),
                       tuple(OPTIMIZERS)),
     "recompute": Knob("off", "activation checkpointing per block: full, selective (matmul and attention outputs "

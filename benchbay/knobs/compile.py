@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
-    from benchbay.workloads.base import ModelParts
+    from benchbay.knobs.parts import ModelParts
 
 
 def apply(parts: ModelParts, value: str, cuda_graph: str) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
-    from benchbay.workloads.base import ModelParts
+    from benchbay.knobs.parts import ModelParts
 
 
 def apply(parts: ModelParts, precision: str) -> None:

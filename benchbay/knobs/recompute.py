@@ -27,7 +27,7 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 from benchbay.knobs.replace import replace_blocks
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
-    from benchbay.workloads.base import ModelParts
+    from benchbay.knobs.parts import ModelParts
 
 _ATTENTION = {torch.ops.aten._scaled_dot_product_efficient_attention.default,
               torch.ops.aten._scaled_dot_product_flash_attention.default,
@@ -36,7 +36,8 @@ _ATTENTION = {torch.ops.aten._scaled_dot_product_efficient_attention.default,
               torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
               torch.ops.torch_attn._varlen_attn.default,
               higher_order_ops.flex_attention}
-_SAVE = _ATTENTION | {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+_SAVE = _ATTENTION | {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+                      torch.ops.aten._scaled_mm.default}  # float8's matmuls (benchbay.knobs.float8)
 # compiled regions run as one higher-order op where this torch has it (2.10+)
 _SAVE |= {op for op in [getattr(higher_order_ops, "inductor_compiled_code", None)] if op is not None}
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
-    from benchbay.workloads.base import ModelParts
+    from benchbay.knobs.parts import ModelParts
 
 
 def replace_blocks(parts: ModelParts, wrap: Callable[[nn.Module], nn.Module]) -> None:

@@ -21,6 +21,9 @@ def skip_reason(workload_cls: type, knobs: dict[str, Any], device_type: str, wor
         return f"cudnn_benchmark=True picks cuDNN's algorithms: it needs a CUDA device (running on {device_type})"
     if knobs["cudnn_benchmark"] and knobs["deterministic"]:
         return "cudnn_benchmark=True may pick non-deterministic algorithms: it contradicts deterministic=True"
+    if knobs["float8"] != "off" and device_type != "cuda":
+        return (f"float8={knobs['float8']} runs its GEMMs on FP8 tensor cores: it needs a CUDA GPU of compute "
+                f"capability 8.9 or newer (running on {device_type})")
     if knobs["cuda_graph"] != "off" and device_type != "cuda":
         return f"cuda_graph={knobs['cuda_graph']} needs a CUDA device (running on {device_type})"
     if knobs["emulate_precision_casts"] and knobs["compile"] == "off":

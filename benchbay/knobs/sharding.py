@@ -16,7 +16,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 from torch.nn.parallel import DistributedDataParallel
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
-    from benchbay.workloads.base import ModelParts
+    from benchbay.knobs.parts import ModelParts
 
 
 def apply(parts: ModelParts, knobs: dict, device: torch.device) -> nn.Module:

@@ -1,7 +1,8 @@
 """The one place where knobs turn a workload's model into a training step.
 
-Order (torchtitan's): precision -> recompute per block -> compile per block -> fully_shard per
-block, then the root (or DDP) -> optimizer over what remains trainable."""
+Order (torchtitan's): precision -> float8 -> recompute per block -> compile per block -> fully_shard
+per block, then the root (or DDP) -> optimizer over what remains trainable. The model as built is
+captured first (on the meta device): compute fidelity's reference, which no knob touches."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
-from benchbay.collect.fidelity import UpdateFidelity, hyper_of
+from benchbay.collect.compute_fidelity import ComputeFidelity, Reference
+from benchbay.collect.fidelity import Fidelity, UpdateFidelity, hyper_of
 from benchbay.knobs import compile as compile_knob
+from benchbay.knobs import float8, precision, recompute, rules, sharding
 from benchbay.knobs import optimizer as optimizer_knob
-from benchbay.knobs import precision, recompute, rules, sharding
 from benchbay.knobs.offload import CPUOffloadedOptimizer
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
@@ -28,7 +30,7 @@ def skip_reason(workload: TrainingWorkload, knobs: dict[str, Any], device: torch
                 world_size: int) -> str | None:
     """Why this combination of generic knobs cannot run here (None if it can)."""
     return (rules.skip_reason(type(workload), knobs, device.type, world_size)
-            or optimizer_knob.skip_reason(knobs, device))
+            or optimizer_knob.skip_reason(knobs, device) or float8.skip_reason(knobs, device))
 
 
 @dataclass
@@ -41,9 +43,10 @@ class TrainStep:
     optimizer: Any
     autocast: Callable[[], contextlib.AbstractContextManager]
     graphs: bool
-    fidelity: UpdateFidelity
+    fidelity: Fidelity
 
-    def __call__(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def backward(self, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """zero_grad -> loss (under autocast) -> backward: the step up to its gradients."""
         self.optimizer.zero_grad(set_to_none=True)
         if self.graphs:  # outputs of the previous step's graphs may be overwritten from here on
             torch.compiler.cudagraph_mark_step_begin()
@@ -52,6 +55,10 @@ class TrainStep:
         loss, parts = (out, {}) if isinstance(out, torch.Tensor) else out  # a bare loss has no parts
         with record_function("backward"):
             loss.backward()
+        return loss, parts
+
+    def __call__(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        loss, parts = self.backward(batch)
         with record_function("optimizer"):
             # an optimizer that copies gradients out during backward clips its copies too (ao_offload)
             clip = getattr(self.optimizer, "clip_grad_norm_", torch.nn.utils.clip_grad_norm_)
@@ -97,7 +104,9 @@ def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.dev
     parts = workload.build()
     for module in parts.frozen:
         module.requires_grad_(False).eval()
+    reference = Reference.capture(parts)
     precision.apply(parts, knobs["precision"])
+    converted = float8.apply(parts, knobs)
     recompute.apply(parts, knobs["recompute"], reentrant=knobs["recompute_impl"] == "reentrant")
     compile_knob.apply(parts, knobs["compile"], knobs["cuda_graph"])
     model = sharding.apply(parts, knobs, device)
@@ -109,6 +118,10 @@ def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.dev
     else:
         optimizer = optimizer_knob.build(knobs["optimizer"], params, workload.optimizer(params), knobs)
         stepped = hyper_of(optimizer)
-    return TrainStep(workload, model, params, optimizer,
-                     lambda: precision.autocast(knobs["precision"], device),
-                     graphs=knobs["cuda_graph"] != "off", fidelity=UpdateFidelity(stepped, seed=knobs["seed"]))
+    # the point's own pass of compute fidelity is the step's backward (bound late: the step is made below)
+    compute = ComputeFidelity(workload, reference, parts.model, knobs, device, lambda batch: step.backward(batch),
+                              facts=converted)
+    step = TrainStep(workload, model, params, optimizer, lambda: precision.autocast(knobs["precision"], device),
+                     graphs=knobs["cuda_graph"] != "off",
+                     fidelity=Fidelity(UpdateFidelity(stepped, seed=knobs["seed"]), compute))
+    return step

@@ -200,9 +200,10 @@ def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler:
                 measured.warmup, total, measured.drain_steps = i + 1, total + 1, measured.drain_steps + 1
             if i == measured.warmup:  # figures of the measured steps only
                 phase(f"measuring steps {i}..{total - 1}")
+                # before the peak is reset: a training step's compute fidelity runs its unmeasured passes here
+                workload.start_measuring()
                 if not own_clock:
                     memory.reset(device)
-                workload.start_measuring()
                 sampler.start()
                 measured.energy.start()
                 measure_started = time.perf_counter()

@@ -51,7 +51,8 @@ class Objective:
 @dataclass(frozen=True)
 class Constraints:
     """What a trial must meet to count (an oom, crash, timeout or NaN never does):
-    ``faithful``: its update fidelity says faithful (benchbay.collect.fidelity);
+    ``faithful``: its update fidelity says faithful and its compute fidelity is not lossy
+    (benchbay.collect.fidelity, benchbay.collect.compute_fidelity);
     ``max_peak_gib``: its peak reserved memory at most this (tune for a smaller card on a larger one);
     ``zero_retries``: the allocator never freed its cache and retried (a batch that only runs so)."""
 

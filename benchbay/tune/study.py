@@ -160,6 +160,9 @@ class Tuner:
             violation += 1.0 if fidelity == "lossy" else 0.5
             why.append(f"fidelity {fidelity or 'not measured'} (applied share "
                        f"{_fmt(m.get('update_applied_share'))})")
+        if c.faithful and record.extra.get("compute_fidelity") == "lossy":  # fast gradients that are wrong
+            violation += 1.0
+            why.append(f"compute fidelity lossy (gradient cosine {_fmt(m.get('compute_gradient_cosine'))})")
         peak = m.get("peak_mem_reserved_gib")
         if c.max_peak_gib is not None and peak is not None and peak > c.max_peak_gib:
             violation += (peak - c.max_peak_gib) / c.max_peak_gib

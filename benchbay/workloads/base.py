@@ -22,10 +22,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from benchbay.knobs import GENERIC, defaults_for
+from benchbay.knobs.parts import ModelParts  # what build returns (the knobs act on it)
 
 if TYPE_CHECKING:  # a workload's declaration (name, knobs, params, regions) is read without torch
     import torch
@@ -33,22 +34,6 @@ if TYPE_CHECKING:  # a workload's declaration (name, knobs, params, regions) is 
 
     from benchbay.decode.feed import VideoFeed
     from benchbay.knobs import Choice
-
-
-@dataclass
-class ModelParts:
-    """What ``Workload.build`` returns.
-
-    model:   the trained module; the root for whole-model compile, DDP and the last fully_shard.
-    regions: named lists of repeated blocks (e.g. {"blocks": [...]}) that recompute, regional
-             compile and per-block fully_shard act on; ``compile: a+b`` names regions.
-    frozen:  modules run without grad inside the step (encoders); never optimised or sharded
-             by the harness.
-    """
-
-    model: nn.Module
-    regions: dict[str, list[nn.Module]] = field(default_factory=dict)
-    frozen: list[nn.Module] = field(default_factory=list)
 
 
 @dataclass

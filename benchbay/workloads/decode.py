@@ -5,7 +5,8 @@ foreground loop stands in for the training step (``interference: on``).
 
 The dataset is synthetic (generated once per spec and seed into a cache, see
 ``benchbay.decode.clips``; ``params.layout`` v2.1 or v3.0) unless ``params.root`` points at a LeRobot
-v2.1 or v3.0 dataset on disk (told by its meta/info.json).
+v2.1 or v3.0 dataset on disk (told by its meta/info.json) or at a plain folder of video files
+(``benchbay.decode.folder``); either is read, and a bad one refused, before any step.
 
 What a record's figures hold: per view, the wall and CPU time of the backend's own calls (open,
 decode, close; ``view_latency_ms_*``, ``view_cpu_ms_*``), measured in a decoding process set up as a
@@ -25,7 +26,8 @@ from typing import Any
 import torch
 
 from benchbay.decode.backends import BACKENDS, DecodeError, Settings, TorchCodec, backend, nvdec_codec_reason
-from benchbay.decode.clips import PRESETS, ClipSpec, VideoDataset, cached_dataset, source_frame
+from benchbay.decode.clips import PRESETS, ClipSpec, cached_dataset, source_frame
+from benchbay.decode.folder import open_videos
 from benchbay.decode.loader import DecodeDataset, Foreground, make_loader, next_batch
 from benchbay.decode.measure import (
     CpuWindow,
@@ -77,7 +79,7 @@ class Decode(DecodeDeclaration):
 
     def _codecs(self) -> set[str]:
         if self.params["root"]:
-            dataset = VideoDataset.open(self.params["root"])
+            dataset = open_videos(self.params["root"])
             return {dataset.codec(camera) for camera in dataset.cameras}
         return {self.clip_spec().codec}
 
@@ -90,7 +92,7 @@ class Decode(DecodeDeclaration):
 
     def setup(self) -> None:
         k = self.knob_values
-        self.dataset = VideoDataset.open(self.params["root"] or cached_dataset(self.clip_spec(), self.seed))
+        self.dataset = open_videos(self.params["root"] or cached_dataset(self.clip_spec(), self.seed))
         self.pattern = PATTERNS[k["pattern"]](self.dataset, self.seed)
         self.decoder = backend(self.backend_name, self.settings)
         self._parallel_views = bool(self.decoder.options.get("view_threads"))

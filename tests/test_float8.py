@@ -1,0 +1,136 @@
+"""The float8 knob: refused without FP8 tensor cores, with its reason; which linears it converts and
+which it keeps in bf16 on each workload, at toy and at real width (real width built on the meta
+device: no memory, no kernels); the conversion itself on the meta device; training with it on a GPU."""
+
+import pytest
+import torch
+from torch import nn
+from torchao.float8.float8_linear import Float8Linear
+
+from benchbay import knobs as knob_table
+from benchbay.knobs import float8, rules, training
+from benchbay.runner import cannot_run
+from benchbay.suite import load
+from benchbay.workloads import registry
+from tests.fixtures.tinywork import Tiny
+
+CPU, META = torch.device("cpu"), torch.device("meta")
+RECIPES = ["tensorwise", "rowwise", "rowwise_with_gw_hp"]
+
+
+def built(name: str, device: torch.device, **params):
+    cls = registry.resolve(name)
+    workload = cls(params, knob_table.defaults_for(cls), device)
+    return workload.build()
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_refused_on_a_cpu_with_its_reason(recipe):
+    values = {**knob_table.defaults_for(Tiny), "float8": recipe}
+    reason = rules.skip_reason(Tiny, values, "cpu", 1)
+    assert reason.startswith(f"float8={recipe}") and "compute capability 8.9" in reason and "(running on cpu)" in reason
+    assert Tiny({}, values, CPU).harness_skip_reason(world_size=1) == reason  # the worker says the same
+    assert rules.skip_reason(Tiny, {**values, "float8": "off"}, "cpu", 1) is None
+
+
+def test_a_cpu_suite_skips_the_float8_points_before_their_process(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nworkload: {name: dreamzero, params: {preset: dreamzero-tiny}}\n"
+                    "sweep: {grid: {float8: ['off', tensorwise]}}\n")
+    points = load(path).expand("cpu")
+    assert [cannot_run(p, "cpu", 1) is None for p in points] == [True, False]
+    assert knob_table.check_value(Tiny, "float8", "fp8") == f"one of {['off', *RECIPES]}"
+
+
+def test_below_compute_capability_8_9_it_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # an A100
+    reason = float8.skip_reason({"float8": "rowwise"}, torch.device("cuda", 0))
+    assert "compute capability 8.9 or newer (this one: 8.0)" in reason
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H200
+    assert float8.skip_reason({"float8": "rowwise"}, torch.device("cuda", 0)) is None
+
+
+def kept(plan: float8.Plan, reason: str) -> list[str]:
+    return plan.facts()["float8_kept_linears"].get(reason, [])
+
+
+@pytest.mark.parametrize("name, preset, outside", [
+    ("dreamzero", "dreamzero-tiny", 15),  # text/time/image/state/action embeddings, time_projection, heads
+    ("wallx", "wallx-tiny", 8),  # vision merger, lm_head, the flow head
+])
+def test_at_toy_width_every_linear_stays_in_bf16(name, preset, outside):
+    parts = built(name, CPU, preset=preset)
+    linears = sum(isinstance(m, nn.Linear) for m in parts.model.modules())
+    for recipe in RECIPES:
+        plan = float8.plan(parts, recipe)
+        assert plan.converted == []
+        assert len(plan.kept[float8.OUTSIDE]) == outside
+        assert len(plan.kept[float8.SMALL]) == linears - outside  # 64 to 256 wide: below torchao's thresholds
+        assert plan.facts()["float8_kept"] == linears
+
+
+def test_dreamzero_at_real_width_converts_every_block_linear_and_keeps_the_rest():
+    parts = built("dreamzero", META, preset="dreamzero-5b", layers=2)
+    block = ["self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o", "cross_attn.q", "cross_attn.k",
+             "cross_attn.v", "cross_attn.o", "cross_attn.k_img", "cross_attn.v_img", "ffn.0", "ffn.2"]
+    for recipe in RECIPES:
+        plan = float8.plan(parts, recipe)
+        assert plan.converted == [f"blocks.{i}.{name}" for i in range(2) for name in block]
+        assert {"time_projection.1", "head.head", "action_decoder.2", "text_embedding.0"} <= set(
+            kept(plan, float8.OUTSIDE))
+        assert kept(plan, float8.SMALL) == kept(plan, float8.NOT_16) == []
+
+
+def test_wallx_at_real_width_keeps_odd_and_small_shapes():
+    parts = built("wallx", META, preset="wallx-3b", layers=1)
+    tensorwise, rowwise = float8.plan(parts, "tensorwise"), float8.plan(parts, "rowwise")
+    layer = "vlm.model.language_model.layers.*"
+    vision_mlp = [f"vlm.model.visual.blocks.*.mlp.{p}_proj" for p in ("gate", "up", "down")]
+    assert kept(tensorwise, float8.NOT_16) == vision_mlp  # 3420 wide
+    assert kept(tensorwise, float8.SMALL) == [f"{layer}.self_attn.k_proj", f"{layer}.self_attn.v_proj"]  # 256 wide
+    assert len(tensorwise.converted) == 32 * 2 + 8  # vision qkv and proj; q, o, both experts' MLPs
+    # rowwise's thresholds keep every GEMM of 2048 outputs or fewer: the main MLP's gate and up convert
+    assert rowwise.converted == [f"vlm.model.language_model.layers.0.mlp.experts.0.{p}_proj" for p in ("gate", "up")]
+    assert "vlm.lm_head" in kept(rowwise, float8.OUTSIDE)
+    assert float8.plan(parts, "rowwise_with_gw_hp").converted == rowwise.converted
+
+
+def test_conversion_swaps_the_planned_linears_on_the_meta_device():
+    parts = built("wallx", META, preset="wallx-3b", layers=1)
+    values = {**knob_table.defaults_for(registry.resolve("wallx")), "float8": "tensorwise"}
+    planned = float8.plan(parts, "tensorwise")
+    facts = float8.apply(parts, values)
+    swapped = [name for name, m in parts.model.named_modules() if isinstance(m, Float8Linear)]
+    assert swapped == planned.converted and facts["float8_converted"] == len(swapped)
+    assert facts["float8_kept"] == sum(type(m) is nn.Linear for m in parts.model.modules())
+    assert float8.apply(built("wallx", META, preset="wallx-tiny"), {**values, "float8": "off"}) == {}
+
+
+def test_fsdp2_gathers_tensorwise_weights_in_fp8_only():
+    values = knob_table.defaults_for(Tiny)
+    assert float8.config("tensorwise", {**values, "sharding": "fsdp2_full"}).enable_fsdp_float8_all_gather
+    assert not float8.config("tensorwise", values).enable_fsdp_float8_all_gather
+    assert not float8.config("rowwise", {**values, "sharding": "fsdp2_full"}).enable_fsdp_float8_all_gather
+    assert not float8.config("tensorwise", {**values, "sharding": "fsdp2_full",
+                                            "offload": "optimizer"}).enable_fsdp_float8_all_gather
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_fp8_blocks_train_and_record_what_they_converted(recipe):
+    cuda = torch.device("cuda")
+    if torch.cuda.get_device_capability() < float8.MIN_CAPABILITY:
+        pytest.skip("needs FP8 tensor cores")
+    # FP8 GEMMs need every dimension a multiple of 16: the batch's rows too (the weight gradient's inner one)
+    values = {**knob_table.defaults_for(Tiny), "float8": recipe, "precision": "bf16_mixed", "mbs": 16}
+    workload = Tiny({"width": 4096, "depth": 2}, values, cuda)
+    step = training.prepare(workload, values, cuda)
+    assert sum(isinstance(m, Float8Linear) for m in step.model.modules()) == 2  # the blocks; the head stays
+    step(workload.batch(0))
+    step.fidelity.start_window()
+    losses = [float(step(workload.batch(i))[0]) for i in range(1, 4)]
+    assert all(map(torch.isfinite, torch.tensor(losses)))
+    summary = step.fidelity.summary()
+    assert summary["extra"]["float8_converted"] == 2 and summary["extra"]["float8_kept"] == 1
+    assert summary["extra"]["compute_fidelity"] in ("faithful", "lossy")
+    assert summary["metrics"]["compute_gradient_cosine"] < 1.0  # FP8 GEMMs: not the reference's arithmetic

@@ -1,0 +1,51 @@
+#!/bin/bash
+# Downloads, here, the wheels that the GPU machine lacks into .whl/ (ignored by git), for its
+# Python 3.12 / torch 2.11 image, and puts device-env.sh beside them (docs/gpu-machine.md). Usage:
+#   bash tools/device-wheels.sh decoders   # av (bundles FFmpeg 8), torchcodec, decord
+#   bash tools/device-wheels.sh train      # diffusers and what it lacks there
+#   bash tools/device-wheels.sh all        # both (~62 MiB: close to the 64 MiB that may travel)
+#   bash tools/device-wheels.sh dali       # NVIDIA DALI (199 MB: over what one call may carry),
+#                                          # split into .whl-dali/1..4, see below
+#   bash tools/device-wheels.sh NAME==VER  # any other pure or manylinux wheel
+# DALI: a warm GPU machine keeps ignored files between calls (about 30 s idle), so carry .whl-dali/1,
+# then 2, 3 and 4 in four calls made one right after the other, each starting with
+#   mkdir -p /tmp/dali && cp .whl-dali/N/* /tmp/dali/
+# and in the last one
+#   cat /tmp/dali/part.* > /tmp/dali/nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl &&
+#   rm /tmp/dali/part.* && python3 -m pip install -q --no-index --no-deps --target /tmp/site /tmp/dali/*.whl
+# (seen working on the H200: fn.readers.video(device="gpu") and fn.decoders.video(device="mixed")).
+# Then send .whl/ along with the tree to the GPU machine and start the command there with
+#   source .whl/device-env.sh || exit 1;
+set -eu
+tools=$(cd "$(dirname "$0")" && pwd)
+cd "$tools/.."  # the repository root, wherever it is called from
+[ $# -gt 0 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# pip of the project's .venv (.ci/setup), else of python3: a Debian python3 may have none
+py=.venv/bin/python
+[ -x "$py" ] || py=python3
+mkdir -p .whl
+cp -f "$tools/device-env.sh" .whl/device-env.sh
+get_to() {  # DIR ARGS...: the wheels for the GPU machine's Python and platform
+  dir=$1; shift
+  "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux2010_x86_64 \
+    --platform manylinux1_x86_64 -d "$dir" "$@"
+}
+for what in "$@"; do
+  case "$what" in
+    decoders) get_to .whl av==18.1.0 torchcodec==0.16.0 decord==0.6.0 ;;
+    train) get_to .whl diffusers==0.42.1 importlib_metadata ;;
+    all) get_to .whl av==18.1.0 torchcodec==0.16.0 decord==0.6.0 diffusers==0.42.1 importlib_metadata ;;
+    dali)
+      d=.whl-dali; mkdir -p "$d/dl"
+      exclude=$(git rev-parse --git-path info/exclude)  # .gitignore names .whl/, not this folder
+      grep -qx '/.whl-dali/' "$exclude" 2>/dev/null || echo '/.whl-dali/' >> "$exclude"
+      get_to "$d/dl" nvidia-dali-cuda130==2.4.0 astunparse==1.6.3 gast==0.6.0 makefun optree nvtx "libcst>=1.8,<1.9"
+      (cd "$d/dl" && split -b 52M nvidia_dali_cuda130-*.whl part. && rm nvidia_dali_cuda130-*.whl)
+      i=0; for part in "$d"/dl/part.*; do i=$((i + 1)); mkdir -p "$d/$i"; mv "$part" "$d/$i/"; done
+      mv "$d"/dl/*.whl "$d/$i/"; rmdir "$d/dl"; du -sh "$d"/*; continue ;;
+    *) get_to .whl "$what" ;;
+  esac
+done
+du -sh .whl; ls .whl

@@ -208,37 +208,38 @@ def test_the_ceiling_is_read_from_the_cache_probed_in_a_child_and_absent_on_cpu_
     assert gemm_probe.ceiling("h200", True, tmp_path) == {"gemm_tflops": 812.5, "gemm_dtype": "bf16"}
 
 
-def test_every_mfu_names_its_peak_the_machines_probe_first():
+def test_every_mfu_names_its_peak_one_per_gpu_model_the_probe_only_where_the_table_lacks_it():
     from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column, peak_flops_for, peak_label_column
 
     achieved = 4e14  # flops_per_sample x samples/s/GPU
     rows = records_to_frame([
-        {"label": "probed", "env": {"gpu": "NVIDIA H100 80GB HBM3", "gemm_tflops": 800.0}},
-        {"label": "h200 before the probe", "env": {"gpu": "NVIDIA H200"}, "metrics": {"peak_flops": 799e12}},
-        {"label": "h100 before the probe", "env": {"gpu": "NVIDIA H100 80GB HBM3"}},
+        {"label": "unlisted", "env": {"gpu": "NVIDIA B300", "gemm_tflops": 800.0}},
+        {"label": "h200", "env": {"gpu": "NVIDIA H200", "gemm_tflops": 660.0}, "metrics": {"peak_flops": 799e12}},
+        {"label": "h100", "env": {"gpu": "NVIDIA H100 80GB HBM3", "gemm_tflops": 800.0}},
         {"label": "cpu", "env": {"gpu": None}},
     ]).assign(flops_per_sample=1e12, samples_per_s_per_gpu=400.0)
-    assert list(mfu_column(rows).round(4)) == [0.5, round(achieved / 799e12, 4), round(achieved / 989e12, 4)] + [
+    assert list(mfu_column(rows).round(4)) == [0.5, round(achieved / 698e12, 4), round(achieved / 989e12, 4)] + [
         pytest.approx(float("nan"), nan_ok=True)]
-    assert list(peak_label_column(rows)) == ["800 TFLOP/s (GEMM probe)", "799 TFLOP/s (table, measured)",
+    assert list(peak_label_column(rows)) == ["800 TFLOP/s (GEMM probe)", "698 TFLOP/s (table, sustained)",
                                              "989 TFLOP/s (datasheet)", ""]
     datasheet = datasheet_mfu_column(rows)
-    assert datasheet[0] == pytest.approx(achieved / 989e12) and datasheet[1] == pytest.approx(achieved / 989e12)
-    assert datasheet[2:].isna().all()  # the measured MFU is already the datasheet's, or there is none
+    assert datasheet[1] == pytest.approx(achieved / 989e12)
+    assert datasheet[[0, 2, 3]].isna().all()  # no table entry, the measured MFU is already the datasheet's, none
     assert list(peak_label_column(rows, 5e14))[:3] == ["500 TFLOP/s (override)"] * 3
-    assert peak_flops_for("NVIDIA H200", None, 812.5) == 812.5e12  # the runner's denominator
+    assert peak_flops_for("NVIDIA H200", None, 812.5) == 698e12  # the runner's denominator: the model's
+    assert peak_flops_for("NVIDIA B300", None, 812.5) == 812.5e12
     summary = point_summary(rows.assign(suite="s", point_id=rows["label"], status="ok", workload="w"))
     assert list(sweep_table(summary, KEY_COLUMNS)["mfu_peak"])[:3] == list(peak_label_column(rows))[:3]
 
 
-def test_a_point_measured_on_hosts_of_two_probes_reads_its_newest_runs_mfu_over_its_peak():
-    # one point measured on two H200 hosts whose GEMM probes differ: its figure is its newest run's
-    # (older runs are history), the measured-peak MFU over that run's peak, beside its datasheet MFU
+def test_a_points_mfu_does_not_move_with_its_runs_probe():
+    # one point measured on two H200 hosts whose GEMM probes differ (800 and 650 TFLOP/s): its figure
+    # is its newest run's, its MFU over the one sustained peak of the H200, beside its datasheet MFU
     rows = records_to_frame([
         {"label": "p", "run_id": "a", "env": {"gpu": "NVIDIA H200", "gemm_tflops": 800.0}},
         {"label": "p", "run_id": "b", "env": {"gpu": "NVIDIA H200", "gemm_tflops": 650.0}},
     ]).assign(flops_per_sample=1e12, samples_per_s_per_gpu=400.0)
     summary = point_summary(rows.assign(suite="s", point_id="p", status="ok", workload="w")).iloc[0]
-    assert summary["mfu_peak"] == "650 TFLOP/s (GEMM probe)"
-    assert summary["mfu"] == pytest.approx(4e14 / 650e12)
+    assert summary["mfu_peak"] == "698 TFLOP/s (table, sustained)"
+    assert summary["mfu"] == pytest.approx(4e14 / 698e12)
     assert summary["mfu_datasheet"] == pytest.approx(4e14 / 989e12)

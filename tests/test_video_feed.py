@@ -15,7 +15,6 @@ import torch
 from benchbay import knobs as knob_table
 from benchbay import store
 from benchbay.decode.backends import DecodeError, Settings, backend
-from benchbay.decode.feed import open_dataset
 from benchbay.decode.loader import SampleDecoder
 from benchbay.decode.patterns import CurrentFrame, DreamZeroFullClip
 from benchbay.launch.worker import _data_wait, _failure
@@ -26,6 +25,7 @@ from benchbay.suite import load
 from benchbay.workloads.dreamzero.config import preset as dreamzero_preset
 from benchbay.workloads.dreamzero.video import DroidCanvas
 from benchbay.workloads.dreamzero.workload import DreamZero
+from benchbay.workloads.feed import open_dataset
 from benchbay.workloads.wallx.config import PRESETS as WALLX_PRESETS
 from benchbay.workloads.wallx.video import ImageProcessor, QwenPatches
 from benchbay.workloads.wallx.workload import WallX

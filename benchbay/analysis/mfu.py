@@ -1,14 +1,17 @@
 """Model FLOPs utilisation: achieved training FLOP/s over the device's peak, labelled with which peak.
 
 MFU = flops_per_sample (fwd+bwd of the trained parts) x samples/s/GPU / peak FLOP/s. The measured
-MFU's peak (:func:`denominator`) is, first found: the ``peak_flops`` argument (FLOP/s, e.g. for
-fp32 points or an unlisted device; the command line reads it from ``BENCHBAY_PEAK_TFLOPS``), the
-GEMM probe of the machine that ran the record (``env.gemm_tflops``, benchbay.collect.gemm_probe),
-the record's own ``peak_flops``, else the table's figure for the device's name (``env.gpu``, as
-``torch.cuda.get_device_name`` reports it). The datasheet MFU divides by the vendor's dense bf16
-figure instead. Each row's ``mfu_peak`` says which peak its MFU is over. CPUs get None, and
-:func:`mfu_note` says why a table shows no MFU (as ``benchbay.analysis.cost`` says it of cost and
-energy).
+MFU's peak (:func:`denominator`) is one figure per GPU model, not per run: a probe of each run's
+machine moves with its clocks and power cap (the same H200 point read 44.3% MFU over one run's
+probe and 53.6% over another's), so a point's MFU would move with it. First found: the
+``peak_flops`` argument (FLOP/s, e.g. for fp32 points; the command line reads it from
+``BENCHBAY_PEAK_TFLOPS``), the table's figure for the device's name (``env.gpu``, as
+``torch.cuda.get_device_name`` reports it: a stated sustained ceiling, how it was measured beside
+it, or else the datasheet's), else, for a device the table lacks, the GEMM probe of the machine
+that ran the record (``env.gemm_tflops``, benchbay.collect.gemm_probe), else the record's own
+``peak_flops``. The datasheet MFU divides by the vendor's dense bf16 figure instead. Each row's
+``mfu_peak`` says which peak its MFU is over. CPUs get None, and :func:`mfu_note` says why a table
+shows no MFU (as ``benchbay.analysis.cost`` says it of cost and energy).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ class Peak:
 
 #: first match wins, so specific names come before their family
 PEAKS: tuple[Peak, ...] = (
-    Peak("H200", 799e12, "measured: bf16 matmul 8192^3 on our H200 (datasheet: 989 dense)", 989e12),
+    Peak("H200", 698e12, "sustained: dense bf16 GEMM 8192^3 (torch 2.11, one H200 at its 700 W cap; 16384^3: "
+                         "678), the ceiling a long step meets (datasheet: 989 dense)", 989e12),
     Peak("H100 PCIe", 756e12, "NVIDIA H100 datasheet, PCIe, dense bf16"),
     Peak("H100", 989e12, "NVIDIA H100 datasheet, SXM, dense bf16"),
     Peak("A100", 312e12, "NVIDIA A100 datasheet, dense bf16"),
@@ -53,14 +57,14 @@ def lookup_peak(device: str | None) -> Peak | None:
 
 def peak_flops_for(device: str | None, peak_flops: float | None = None,
                    gemm_tflops: float | None = None) -> float | None:
-    """Peak FLOP/s for a device: ``peak_flops`` if given, else its machine's GEMM probe, else the
-    table's figure."""
+    """Peak FLOP/s for a device: ``peak_flops`` if given, else the table's figure for its model,
+    else (a device the table lacks) its machine's GEMM probe."""
     if peak_flops is not None:
         return float(peak_flops)
-    if _finite(gemm_tflops) and gemm_tflops > 0:
-        return float(gemm_tflops) * 1e12
     peak = lookup_peak(device)
-    return peak.flops if peak else None
+    if peak is not None:
+        return peak.flops
+    return float(gemm_tflops) * 1e12 if _finite(gemm_tflops) and gemm_tflops > 0 else None
 
 
 def _finite(value) -> bool:
@@ -71,16 +75,14 @@ def denominator(row: pd.Series | dict, peak_flops: float | None = None) -> tuple
     """The measured MFU's peak FLOP/s for a record and which peak it is (see the module docstring)."""
     if peak_flops is not None:
         return float(peak_flops), "override"
+    table = lookup_peak(row.get("env.gpu"))
+    if table is not None:
+        return table.flops, "datasheet" if table.datasheet is None else "table, sustained"
     gemm = row.get("env.gemm_tflops")
     if _finite(gemm) and gemm > 0:
         return float(gemm) * 1e12, "GEMM probe"
-    table = lookup_peak(row.get("env.gpu"))
     recorded = row.get("peak_flops")
-    if _finite(recorded) and recorded > 0 and (table is None or recorded != table.flops):
-        return float(recorded), "as recorded"
-    if table is None:
-        return None
-    return table.flops, "datasheet" if table.datasheet is None else "table, measured"
+    return (float(recorded), "as recorded") if _finite(recorded) and recorded > 0 else None
 
 
 def _achieved(row: pd.Series) -> float | None:
@@ -116,7 +118,7 @@ def peak_label_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.S
 
 def datasheet_mfu_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.Series:
     """MFU against the datasheet's dense bf16 peak, where the measured MFU is over another (a GEMM
-    probe, an H200's 799 TFLOP/s measured against 989), so that no reader takes one for the other."""
+    probe, an H200's sustained 698 TFLOP/s against 989), so that no reader takes one for the other."""
     def row_mfu(row: pd.Series) -> float:
         table, achieved, peak = lookup_peak(row.get("env.gpu")), _achieved(row), denominator(row, peak_flops)
         if table is None or achieved is None or (peak is not None and peak[0] == table.datasheet_flops):
@@ -134,7 +136,7 @@ def peak_sources(points: pd.DataFrame) -> dict[str, str]:
         return out
     for device, rows in points.groupby("env.gpu"):
         table = lookup_peak(device)
-        from_table = ("(table, measured)", "(datasheet)")
+        from_table = ("(table, sustained)", "(datasheet)")
         labels = [label + (f": {table.source}" if table and label.endswith(from_table) else "")
                   for label in dict.fromkeys(rows["mfu_peak"]) if isinstance(label, str) and label]
         if labels:

@@ -1,5 +1,5 @@
 """The video knobs and params of a training workload that can be fed decoded video (``data: video``,
-benchbay.decode.feed): declarations, which suites, the analysis and the workloads read without the
+benchbay.workloads.feed): declarations, which suites, the analysis and the workloads read without the
 decoders."""
 
 from __future__ import annotations

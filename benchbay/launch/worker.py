@@ -297,7 +297,7 @@ def _figures(workload: Workload, spec: PointSpec, device: torch.device, measured
     metrics.update(_data_wait(measured.data_s[first:end], times[first:end]))
     harness = workload.harness_figures()  # over every measured step (the fidelity's window)
     metrics.update(harness.get("metrics", {}))
-    if measured.loader_s[first:end]:  # the mean step a loader can feed (decode.feed's last_loader_s)
+    if measured.loader_s[first:end]:  # the mean step a loader can feed (workloads.feed's last_loader_s)
         metrics["loader_s"] = statistics.fmean(measured.loader_s[first:end])
     return {"metrics": metrics,
             "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,

@@ -32,8 +32,8 @@ if TYPE_CHECKING:  # a workload's declaration (name, knobs, params, regions) is 
     import torch
     from torch import nn
 
-    from benchbay.decode.feed import VideoFeed
     from benchbay.knobs import Choice
+    from benchbay.workloads.feed import VideoFeed
 
 
 @dataclass
@@ -43,7 +43,7 @@ class StepOutput:
     loss: torch.Tensor | None = None
     grad_norm: torch.Tensor | None = None
     data_s: float | None = None  # host time the step spent getting its batch (waiting for the loader)
-    loader_s: float | None = None  # what its batch cost the loader's workers, per worker (decode.feed)
+    loader_s: float | None = None  # what its batch cost the loader's workers, per worker (workloads.feed)
 
 
 #: a prepared step: step index -> its output
@@ -167,10 +167,10 @@ class TrainingWorkload(Workload):
     #: the ``cuda_graph`` values it supports: "step" is the harness's; "attention" only where the
     #: workload captures its own attention helpers (other values are skipped with the reason)
     graphs: ClassVar[tuple[str, ...]] = ("off", "step")
-    #: with the video knobs (decode.feed): the generated dataset ``data: video`` reads without
+    #: with the video knobs (workloads.feed): the generated dataset ``data: video`` reads without
     #: ``params.root`` (a decode.clips.PRESETS name)
     video_preset: ClassVar[str | None] = None
-    #: data=video: the feed ``build`` opened (benchbay.decode.feed), else None
+    #: data=video: the feed ``build`` opened (benchbay.workloads.feed), else None
     feed: VideoFeed | None = None
 
     # --- to implement -------------------------------------------------------------------------

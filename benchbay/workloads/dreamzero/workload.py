@@ -25,7 +25,6 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
-from benchbay.decode.feed import open_feed, video_unavailable
 from benchbay.decode.patterns import DreamZeroFullClip
 from benchbay.workloads.base import ModelParts
 from benchbay.workloads.dreamzero import flops, mask
@@ -36,6 +35,7 @@ from benchbay.workloads.dreamzero.encoders import Conditioning, FrozenEncoders, 
 from benchbay.workloads.dreamzero.flow import FlowMatching, HostSyncFlowMatching, action_loss
 from benchbay.workloads.dreamzero.transformer import KERNELS, CausalWanModel
 from benchbay.workloads.dreamzero.video import DroidCanvas
+from benchbay.workloads.feed import open_feed, video_unavailable
 
 
 class DreamZero(DreamZeroDeclaration):

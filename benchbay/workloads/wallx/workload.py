@@ -17,9 +17,9 @@ import torch
 from torch.profiler import record_function
 from transformers import Qwen2_5_VLForConditionalGeneration
 
-from benchbay.decode.feed import open_feed, video_unavailable
 from benchbay.decode.patterns import CurrentFrame
 from benchbay.workloads.base import ModelParts
+from benchbay.workloads.feed import open_feed, video_unavailable
 from benchbay.workloads.wallx.attention import set_implementations, varlen_unavailable
 from benchbay.workloads.wallx.batch import VisionInputs, WallXBatch, synthetic_batch
 from benchbay.workloads.wallx.config import PRESETS

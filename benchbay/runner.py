@@ -143,7 +143,7 @@ class SuiteRunner:
         shared = self.suite.compile_cache == "run" and self.scratch is not None
         return PointSpec(workload=point.workload, params=point.params, knobs=point.knobs, steps=self.suite.steps,
                          device=self.device, timeout=self.suite.timeout,
-                         profile_dir=str(self.run / "profiles" / f"{point.point_id}-{repeat}"),
+                         profile_dir=str(store.profile_dir(self.run, point.point_id, repeat)),
                          compile_cache_dir=str(self.scratch / "inductor") if shared else None, stop_below=stop_below)
 
     def measure(self, point: Point, repeat: int, extra: dict[str, Any] | None = None,
@@ -351,7 +351,7 @@ class SuiteRunner:
         search = self.suite.search
         if not search.memory_snapshots:
             return
-        log = self.run / "memory" / "snapshots.jsonl"
+        log = store.memory_dir(self.run) / "snapshots.jsonl"
         # a resumed run: an edge snapshotted (or tried) before is not run again (each costs a whole point)
         done = {(e["point_id"], e["repeat"]) for e in map(json.loads, log.read_text().splitlines())} \
             if log.exists() else set()
@@ -360,7 +360,7 @@ class SuiteRunner:
                 continue
             point = replace(config, knobs=record.knobs, point_id=record.point_id, label=record.label)
             name = f"{record.point_id}-{record.repeat}"
-            out = self.run / "memory" / name
+            out = store.memory_dir(self.run) / name
             # the probe's own steps: an OOM can come late (H200, Wall-X mbs 20: at the third step)
             spec = replace(self.spec(point), memory_snapshot=True, memory_snapshot_dir=str(out))
             outcome = self.launcher.run(spec, self.scratch / f"snapshot-{name}")

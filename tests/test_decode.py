@@ -309,15 +309,19 @@ def test_fingerprints_agree_within_tolerance_only():
 
 # ---- the workload -------------------------------------------------------------------------------
 
-def _run(ds: VideoDataset, monkeypatch, knobs: dict, steps: int = 4) -> dict:
-    monkeypatch.setattr("benchbay.workloads.decode.cached_dataset", lambda spec, seed: ds.root)
-    workload = Decode({"height": 64, "width": 96, "episode_frames": 30, "episodes": 2},
-                      {"seed": 3, **knobs}, torch.device("cpu"))
+def _measure(params: dict, knobs: dict, steps: int = 4) -> dict:
+    """The decode workload's figures after ``steps`` steps, as a point's process would take them."""
+    workload = Decode(params, {"seed": 3, **knobs}, torch.device("cpu"))
     assert workload.skip_reason() is None
     workload.setup()
     for i in range(steps):
         workload.step(i)
     return workload.extra_metrics()
+
+
+def _run(ds: VideoDataset, monkeypatch, knobs: dict, steps: int = 4) -> dict:
+    monkeypatch.setattr("benchbay.workloads.decode.cached_dataset", lambda spec, seed: ds.root)
+    return _measure({"height": 64, "width": 96, "episode_frames": 30, "episodes": 2}, knobs, steps)
 
 
 def test_workload_reports_latency_cpu_memory_and_fingerprint(datasets, monkeypatch):
@@ -396,12 +400,7 @@ def _plain_folder(ds: VideoDataset, root: Path, cameras: list[str] | None = None
 
 
 def _workload(root: Path, knobs: dict, steps: int = 4) -> dict:
-    workload = Decode({"root": str(root)}, {"seed": 3, **knobs}, torch.device("cpu"))
-    assert workload.skip_reason() is None
-    workload.setup()
-    for i in range(steps):
-        workload.step(i)
-    return workload.extra_metrics()
+    return _measure({"root": str(root)}, knobs, steps)
 
 
 def test_a_plain_folder_of_videos_is_a_dataset(datasets, tmp_path):

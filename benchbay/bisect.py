@@ -21,7 +21,7 @@ from pathlib import Path
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.gate import gate
 from benchbay.store import load_runs
-from benchbay.suite_model import SuiteMeta
+from benchbay.suite.model import SuiteMeta
 
 #: a noisy verdict is measured again at most this many times before it counts as good (or skip)
 REMEASURE = 1

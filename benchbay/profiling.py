@@ -14,7 +14,7 @@ from benchbay import store
 from benchbay.collect.profile import UNATTRIBUTED
 from benchbay.launch.base import PointSpec
 from benchbay.runner import SuiteRunner
-from benchbay.suite_model import Point, Suite
+from benchbay.suite.model import Point, Suite
 
 #: suite keys about measured points, which a profile run's manifest leaves out
 MEASURED_ONLY = ("breakdown", "equivalent", "equivalent_tolerance", "gate")

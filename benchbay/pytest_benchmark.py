@@ -33,8 +33,9 @@ from pytest_benchmark import __version__ as pytest_benchmark_version
 from pytest_benchmark.stats import Stats
 
 from benchbay import store
-from benchbay.analysis.compare import describe_points, first_label, point_groups, point_key_columns, steady_step_times
+from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.frame import records_to_frame
+from benchbay.analysis.points import describe_points, first_label, point_groups, point_key_columns
 from benchbay.record import Record, Status
 
 WORKLOAD = "pytest-benchmark"

@@ -44,7 +44,7 @@ DELIVERED_RATE = "loader_samples_per_s"
 #: the names benchbay writes under ``metrics`` and ``series`` (by line: the step timer; the worker;
 #: the runner's throughput; memory; the system sampler; energy; update and compute fidelity; the launchers; older
 #: runs'; then the series). A flat frame spreads both beside the knobs (benchbay.analysis.frame): a
-#: frame without ``knob_names`` tells its knobs from them by these names (benchbay.analysis.compare)
+#: frame without ``knob_names`` tells its knobs from them by these names (benchbay.analysis.points)
 FIGURES = frozenset("""
     step_time_s step_time_mean_s step_time_p10_s step_time_p90_s step_time_cv
     build_s first_step_s warmup_steps measured_steps samples_per_step flops_per_sample frozen_flops_per_sample

@@ -5,7 +5,7 @@ throughput, step-time distributions, compile amortisation, optimisation breakdow
 decoders, profiles), writes the PNGs, ``report.md`` (linking them) and ``report.html``
 (embedding them), both rendered from one list of blocks (benchbay.document), so they say the same.
 
-``suite_meta`` is what the report reads of the suite (``benchbay.suite_model.SuiteMeta``: its
+``suite_meta`` is what the report reads of the suite (``benchbay.suite.model.SuiteMeta``: its
 description, breakdown, batch search, equivalent losses), or ``{suite name: SuiteMeta}`` for several.
 """
 
@@ -47,7 +47,7 @@ from benchbay.analysis.tables import (
 from benchbay.document import Block, Heading, Image, Table, Text
 from benchbay.record import DELIVERED_RATE
 from benchbay.store import refuse_links, write_atomic
-from benchbay.suite_model import SuiteMeta
+from benchbay.suite.model import SuiteMeta
 from benchbay.tune.figures import tune_blocks
 
 # gpu_uuid_hash: the cards a run's points ran on (one machine key, several cards when resumed elsewhere)

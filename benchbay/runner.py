@@ -38,7 +38,7 @@ from benchbay.launch.local import LocalLauncher
 from benchbay.progress import SweepProgress, describe, describe_warm_up, warn_once
 from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, SEARCH_KNOB, Record, Status
 from benchbay.store import point_id
-from benchbay.suite_model import Point, Steps, Suite, card_choice, excluded_by
+from benchbay.suite.model import Point, Steps, Suite, card_choice, excluded_by
 from benchbay.workloads import registry
 from benchbay.workloads.base import TrainingWorkload
 

@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from benchbay.decode.clips import PRESETS, VideoDataset, cached_dataset
+from benchbay.decode.clips import PRESETS, cached_dataset
+from benchbay.decode.dataset import VideoDataset
 
 #: frames per episode of the benchmark datasets (the presets' resolution, codec and GOP)
 EPISODE_FRAMES = 120

@@ -9,6 +9,7 @@ import psutil
 import pytest
 
 from benchbay import store
+from benchbay.launch.harness import harness_for
 from benchbay.record import Status
 from benchbay.runner import SuiteRunner
 from benchbay.suite import SuiteError, load
@@ -101,8 +102,9 @@ def test_the_probes_step_times_agree_with_the_scripts_own_clock(tmp_path, in_rep
     params = {"argv": ["{python}", str(tmp_path / "train.py"), "--steps", "12"], "knobs": {"switch": ["1"]},
               "env": {"STEP_SWITCH": "{switch}"}}
     workload = Command(params, {"mbs": 2}, torch.device("cpu"))
-    with workload.process_settings():
-        step = workload.prepare()
+    harness = harness_for(workload, 1)
+    with harness.settings():
+        step = harness.prepare()
         for i in range(10):
             step(i)
         probe = workload.own_figures(10)["times"][1:]

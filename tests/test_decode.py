@@ -21,8 +21,10 @@ import pytest
 import torch
 
 from benchbay.decode import clips
-from benchbay.decode.backends import BACKENDS, MODES, DecodeError, Decord2, Settings, backend
-from benchbay.decode.clips import PRESETS, DatasetFormatError, VideoDataset, source_frame, write_dataset
+from benchbay.decode.backends import BACKENDS, MODES, DecodeError, Settings, backend
+from benchbay.decode.backends.ffmpeg import Decord2
+from benchbay.decode.clips import PRESETS, source_frame, write_dataset
+from benchbay.decode.dataset import DatasetFormatError, VideoDataset
 from benchbay.decode.folder import open_videos
 from benchbay.decode.loader import SampleDecoder
 from benchbay.decode.measure import FRAME_TOLERANCE, fingerprint, mean_abs_diff

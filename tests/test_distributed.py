@@ -19,6 +19,7 @@ from benchbay import store
 from benchbay.analysis import scaling
 from benchbay.analysis.frame import records_to_frame
 from benchbay.launch.base import PointSpec, WorkerResult
+from benchbay.launch.harness import harness_for
 from benchbay.launch.process import Finished, merge
 from benchbay.runner import SuiteRunner
 from benchbay.suite import Steps, load
@@ -223,7 +224,7 @@ def test_merge_blames_the_first_rank_to_fail_when_it_left_no_result():
 
 def test_hybrid_sharding_on_two_ranks_is_skipped_with_its_reason_said_once():
     knobs = {**knob_table.defaults_for(Tiny), "precision": "fp32", "sharding": "fsdp2_hybrid", "replicate": 2}
-    reason = Tiny({}, knobs, torch.device("cpu")).harness_skip_reason(world_size=2)
+    reason = harness_for(Tiny({}, knobs, torch.device("cpu")), 2).skip_reason()
     assert "replicate >= 2 groups of >= 2 shards" in reason
     # every rank skips alike: the point's reason is theirs, not one rank's
     skipped = [WorkerResult(rank=rank, status="skipped", reason=reason) for rank in (0, 1)]

@@ -11,8 +11,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchbay import knobs as knob_table
-from benchbay.knobs import training
 from benchbay.knobs.video import VIDEO_KNOBS
+from benchbay.launch import training
+from benchbay.launch.harness import harness_for
 from benchbay.workloads.dreamzero import flops, mask
 from benchbay.workloads.dreamzero.config import SequenceLayout, preset
 from benchbay.workloads.dreamzero.transformer import CausalWanModel
@@ -262,7 +263,7 @@ def test_vae_channels_last_keeps_its_layout_through_the_convolutions():
 
 def test_knob_combinations_that_cannot_run_say_why():
     generic = knob_table.defaults_for(DreamZero)
-    assert "CUDA" in make(**{**generic, "cuda_graph": "attention"}).harness_skip_reason(world_size=1)
+    assert "CUDA" in harness_for(make(**{**generic, "cuda_graph": "attention"}), 1).skip_reason()
     cuda = DreamZero({"preset": "dreamzero-tiny"}, {"cuda_graph": "attention", "recompute": "full"},
                      torch.device("cuda"))
     assert "154306" in cuda.skip_reason()
@@ -294,7 +295,7 @@ def _gpu_step(knobs: dict, steps: int = 3) -> list[float]:
     device = torch.device("cuda")
     values = {**knob_table.defaults_for(DreamZero), "mbs": 2, **knobs}
     workload = DreamZero({"preset": "dreamzero-tiny"}, values, device)
-    assert workload.harness_skip_reason(world_size=1) is None and workload.skip_reason() is None
+    assert harness_for(workload, 1).skip_reason() is None and workload.skip_reason() is None
     torch.manual_seed(0)
     step = training.prepare(workload, values, device)
     losses = [float(step(workload.batch(i))[0]) for i in range(steps)]

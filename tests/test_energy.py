@@ -12,10 +12,10 @@ from benchbay.analysis.cost import ABSENT, NO_PRICE, cost_notes, cost_per_millio
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.tables import KEY_COLUMNS, point_summary, sweep_table
 from benchbay.cli import main
-from benchbay.collect import nvml
+from benchbay.collect import Window, nvml
 from benchbay.collect.energy import EnergyMeter
 from benchbay.suite import SuiteError, from_dict
-from benchbay.suite_model import SuiteMeta
+from benchbay.suite.model import SuiteMeta
 from tests.fixtures.records import record, write_run
 
 
@@ -34,17 +34,17 @@ def test_rapl_packages_summed_and_sub_domains_left_out(tmp_path):
     (a / "energy_uj").write_text("3000000")
     (b / "energy_uj").write_text("4000000")  # 4 J in all
     meter.stop()
-    figures = meter.metrics(samples=8)
-    assert figures["energy_j_per_sample"] == 0.5 and figures["energy_watts"] > 0
-    assert meter.note() == {"energy_source": "rapl"}
+    figures = meter.figures(Window(samples=8))
+    assert figures.metrics["energy_j_per_sample"] == 0.5 and figures.metrics["energy_watts"] > 0
+    assert figures.extra == {"energy_source": "rapl"}
 
 
 def test_unreadable_rapl_is_absent_and_said(tmp_path):
     meter = EnergyMeter(None, rapl_root=tmp_path / "none")
     meter.start()
     meter.stop()
-    assert meter.metrics(samples=4) == {}
-    assert "RAPL" in meter.note()["energy_absent"]
+    figures = meter.figures(Window(samples=4))
+    assert figures.metrics == {} and "RAPL" in figures.extra["energy_absent"]
 
 
 def test_nvml_counter(monkeypatch):
@@ -53,7 +53,7 @@ def test_nvml_counter(monkeypatch):
     meter = EnergyMeter(0)
     meter.start()
     meter.stop()
-    assert meter.metrics(samples=30)["energy_j_per_sample"] == 2.0
+    assert meter.figures(Window(samples=30)).metrics["energy_j_per_sample"] == 2.0
 
 
 def test_cost_per_million_samples():

@@ -16,10 +16,13 @@ from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.tables import KEY_COLUMNS, fidelity_label, loss_agreement, point_summary
 from benchbay.analysis.update_fidelity import verdict, with_compute
 from benchbay.collect import compute_fidelity
-from benchbay.collect.fidelity import UpdateFidelity, hyper_of
+from benchbay.collect.fidelity import UpdateFidelity
 from benchbay.knobs import optimizer as optimizer_knob
-from benchbay.knobs import sr_adamw, training
+from benchbay.knobs import sr_adamw
+from benchbay.knobs.adam import hyper_of
+from benchbay.launch import training
 from benchbay.launch.base import PointSpec
+from benchbay.launch.harness import harness_for
 from benchbay.record import FIGURES, Record
 from benchbay.suite import Steps
 from benchbay.workloads import registry
@@ -148,7 +151,7 @@ def test_torchao_state_steps_faithfully_and_saves_memory(name, precision):
 ])
 def test_optimizers_that_cannot_run_are_skipped(knobs, reason):
     values = {**knob_table.defaults_for(Tiny), **knobs}
-    assert reason in Tiny({}, values, CPU).harness_skip_reason(world_size=1)
+    assert reason in harness_for(Tiny({}, values, CPU), 1).skip_reason()
 
 
 @pytest.mark.parametrize("knobs, reason", [

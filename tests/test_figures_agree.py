@@ -15,13 +15,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from benchbay.analysis import plots
 from benchbay.analysis.breakdown import waterfall
-from benchbay.analysis.compare import METRICS, MatchedPoint, compare, compare_metric
+from benchbay.analysis.compare import METRICS, compare, compare_metric
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.history import history
+from benchbay.analysis.points import MatchedPoint
 from benchbay.analysis.tables import point_summary
 from benchbay.report import build_report
 from benchbay.store import load_runs
-from benchbay.suite_model import Search, SuiteMeta
+from benchbay.suite.model import Search, SuiteMeta
 from tests.fixtures.make_records import ENV_H200, WARMUP, record, timing_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -8,7 +8,9 @@ from torch import nn
 from torchao.float8.float8_linear import Float8Linear
 
 from benchbay import knobs as knob_table
-from benchbay.knobs import float8, rules, training
+from benchbay.knobs import float8, rules
+from benchbay.launch import training
+from benchbay.launch.harness import harness_for
 from benchbay.runner import cannot_run
 from benchbay.suite import load
 from benchbay.workloads import registry
@@ -29,7 +31,7 @@ def test_refused_on_a_cpu_with_its_reason(recipe):
     values = {**knob_table.defaults_for(Tiny), "float8": recipe}
     reason = rules.skip_reason(Tiny, values, "cpu", 1)
     assert reason.startswith(f"float8={recipe}") and "compute capability 8.9" in reason and "(running on cpu)" in reason
-    assert Tiny({}, values, CPU).harness_skip_reason(world_size=1) == reason  # the worker says the same
+    assert harness_for(Tiny({}, values, CPU), 1).skip_reason() == reason  # the worker says the same
     assert rules.skip_reason(Tiny, {**values, "float8": "off"}, "cpu", 1) is None
 
 

@@ -9,10 +9,12 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from benchbay.analysis.compare import compare, format_compare, point_key_columns
+from benchbay.analysis.compare import compare
+from benchbay.analysis.compare_format import format_compare
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.gate import format_no_baseline, gate, loss_equivalence
 from benchbay.analysis.history import history
+from benchbay.analysis.points import point_key_columns
 from benchbay.analysis.stats import repeats_needed
 from benchbay.analysis.tables import point_summary
 from benchbay.analysis.thresholds import format_threshold, parse_threshold

@@ -207,7 +207,7 @@ def test_a_full_disk_stops_the_sweep_with_a_resume_hint_and_no_record_cut(tmp_pa
         return real_write(fd, data)
 
     monkeypatch.setattr(store.os, "write", fills_up)
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: RecordingLauncher())
+    monkeypatch.setattr("benchbay.commands.suite._launcher", lambda args, suite: RecordingLauncher())
     path = write_suite(tmp_path / "s.yaml", SWEEP)
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 4
     (run,) = (tmp_path / "results" / "s").iterdir()
@@ -218,7 +218,7 @@ def test_a_full_disk_stops_the_sweep_with_a_resume_hint_and_no_record_cut(tmp_pa
     assert store.read_manifest(run)["state"] == "interrupted"
     monkeypatch.setattr(store.os, "write", real_write)
     launcher = RecordingLauncher()
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
+    monkeypatch.setattr("benchbay.commands.suite._launcher", lambda args, suite: launcher)
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report", "--resume",
                      run.name]) == 0
     assert launcher.launched == [2, 3, 4] and store.read_manifest(run)["state"] == "complete"
@@ -330,7 +330,7 @@ def test_a_second_process_on_a_run_says_who_holds_it_and_measures_nothing(tmp_pa
     try:
         assert started.wait(60)
         second = RecordingLauncher()
-        monkeypatch.setattr(cli, "_launcher", lambda args, suite: second)
+        monkeypatch.setattr("benchbay.commands.suite._launcher", lambda args, suite: second)
         code = cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report",
                          "--resume", first.run.name])
     finally:
@@ -468,7 +468,7 @@ def test_retry_failed_measures_the_failed_points_of_a_resumed_run_again(tmp_path
     from benchbay import cli, store
 
     launcher = _FailsOnce()
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
+    monkeypatch.setattr("benchbay.commands.suite._launcher", lambda args, suite: launcher)
     path = write_suite(tmp_path / "s.yaml", SWEEP)
     run = ["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]
     assert cli.main(run) == 1 and launcher.launched == [1, 2, 3, 4]
@@ -486,7 +486,7 @@ def test_a_retry_stands_for_a_failed_record_from_before_a_knob_was_added(tmp_pat
     from benchbay import cli, store
 
     launcher = _FailsOnce()
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
+    monkeypatch.setattr("benchbay.commands.suite._launcher", lambda args, suite: launcher)
     path = write_suite(tmp_path / "s.yaml", SWEEP)
     run = ["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]
     assert cli.main(run) == 1
@@ -609,7 +609,7 @@ def test_a_run_into_a_linked_suite_folder_is_refused_and_writes_nothing_there(tm
     outside = _outside(tmp_path)
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "s").symlink_to(outside)
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: RecordingLauncher())
+    monkeypatch.setattr("benchbay.commands.suite._launcher", lambda args, suite: RecordingLauncher())
     path = write_suite(tmp_path / "s.yaml", SWEEP)
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 2
     assert f"{tmp_path / 'results' / 's'}: a symbolic link" in capsys.readouterr().err
@@ -627,7 +627,7 @@ def test_a_resume_of_a_planted_run_never_writes_through_its_links(tmp_path, monk
     (run / planted).unlink(missing_ok=True)
     (run / planted).symlink_to(outside / "victim")
     launcher = RecordingLauncher()
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: launcher)
+    monkeypatch.setattr("benchbay.commands.suite._launcher", lambda args, suite: launcher)
     code = cli.main(["run", str(write_suite(tmp_path / "s.yaml", SWEEP)), "--results", str(tmp_path / "results"),
                      "--no-report", "--resume", run.name])
     assert (outside / "victim").read_text() == "keep me"
@@ -794,7 +794,7 @@ def test_a_full_disk_at_the_last_manifest_exits_4_and_leaves_the_old_manifest_wh
         real_replace(src, dst)
 
     monkeypatch.setattr(store.os, "replace", fills_up)
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: RecordingLauncher())
+    monkeypatch.setattr("benchbay.commands.suite._launcher", lambda args, suite: RecordingLauncher())
     path = write_suite(tmp_path / "s.yaml", SWEEP)
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 4
     (run,) = (tmp_path / "results" / "s").iterdir()
@@ -814,7 +814,7 @@ def test_a_read_only_results_root_exits_4_in_one_line(tmp_path, monkeypatch, cap
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
 
     monkeypatch.setattr(store.os, "open", read_only)
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: RecordingLauncher())
+    monkeypatch.setattr("benchbay.commands.suite._launcher", lambda args, suite: RecordingLauncher())
     path = write_suite(tmp_path / "s.yaml", SWEEP)
     assert cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--no-report"]) == 4
     err = capsys.readouterr().err
@@ -881,7 +881,7 @@ def test_sigterm_while_the_run_writes_its_report_is_an_interrupt(tmp_path, monke
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("SIGTERM did not interrupt the report")
 
-    monkeypatch.setattr(cli, "_launcher", lambda args, suite: RecordingLauncher())
+    monkeypatch.setattr("benchbay.commands.suite._launcher", lambda args, suite: RecordingLauncher())
     monkeypatch.setattr(report, "build_report", terminated)
     before = signal.getsignal(signal.SIGTERM)
     path = write_suite(tmp_path / "s.yaml", SWEEP)

@@ -87,3 +87,33 @@ print(codes, sorted(m for m in ("torch", "transformers", "diffusers") if m in sy
 """
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["[0,", "0,", "0]", "[]"], out.stderr
+
+
+def test_no_module_is_over_500_lines():
+    """Issue 52: a module over 500 lines holds more than one concept; split it into modules of its package."""
+    over = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "benchbay").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 500}
+    assert over == {}, f"modules over 500 lines (split them): {over}"
+
+
+#: the packages (and top-level modules) from the bottom up: a module imports only from its own
+#: layer or below (the workloads are specs; the launch side runs them; analysis reads the store)
+ORDER = ("record", "markdown", "knobs", "store", "document", "benchbay", "analysis", "collect", "decode",
+         "workloads", "suite", "launch", "progress", "runner", "pytest_benchmark", "tune", "profiling", "report",
+         "bisect", "baselines", "commands", "cli", "__main__")
+#: the imports that climb back up, each lazy and said why: a loaded run's records become the
+#: analysis's frame; the gate's calibration loads and runs its own suite
+CLIMBS = {("benchbay.store", "benchbay.analysis.frame"), ("benchbay.analysis.gate_calibration", "benchbay.suite")}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "benchbay"
+
+
+def test_the_packages_import_in_order():
+    graph = import_graph()
+    assert {_layer(m) for m in graph} == set(ORDER), "a new package or top-level module: place it in ORDER"
+    rank = {name: i for i, name in enumerate(ORDER)}
+    climbs = {(m, d) for m, deps in graph.items() for d in deps if rank[_layer(d)] > rank[_layer(m)]}
+    assert climbs == CLIMBS and len(climbs) <= 2

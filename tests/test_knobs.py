@@ -1,4 +1,4 @@
-"""Every generic knob value is applied through the one mechanism (benchbay.knobs.training) on a
+"""Every generic knob value is applied through the one mechanism (benchbay.launch.training) on a
 tiny model: it trains, or the point is skipped with a reason."""
 
 import pytest
@@ -7,7 +7,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchbay import knobs as knob_table
-from benchbay.knobs import training
+from benchbay.launch import training
+from benchbay.launch.harness import harness_for
 from benchbay.workloads.dreamzero.workload import DreamZero
 from tests.fixtures.tinywork import Tiny
 
@@ -72,7 +73,7 @@ def test_offload_shards_step_one_share_as_a_zero2_rank(shards):
 
 
 def test_deterministic_runs_repeat():
-    with make(deterministic=True)[0].process_settings():
+    with harness_for(make(deterministic=True)[0], 1).settings():
         assert torch.are_deterministic_algorithms_enabled()
         a = train(*make(deterministic=True))[1]
         b = train(*make(deterministic=True))[1]
@@ -89,7 +90,7 @@ def test_deterministic_runs_repeat():
 ])
 def test_unsupported_combinations_are_skipped_with_a_reason(knobs, reason):
     workload, _ = make(**knobs)
-    assert reason in workload.harness_skip_reason(world_size=1)
+    assert reason in harness_for(workload, 1).skip_reason()
 
 
 #: the only generic knob values the tiny CPU workload cannot run, and why
@@ -111,7 +112,7 @@ def test_every_generic_knob_value_runs_or_is_skipped():
             if name == "optimizer" and value.startswith("ao_"):
                 continue  # torchao compiles its step: test_fidelity runs them
             workload, values = make(**{name: value})
-            reason = workload.harness_skip_reason(world_size=1)
+            reason = harness_for(workload, 1).skip_reason()
             if (name, value) in EXPECTED_SKIPS:
                 assert EXPECTED_SKIPS[name, value] in reason
             else:
@@ -170,7 +171,7 @@ def test_emulated_precision_casts_give_compiled_bf16_eagers_loss():
         values = {**knob_table.defaults_for(DreamZero), "precision": "bf16", "attention": "sdpa", **knobs}
         workload = DreamZero({"preset": "dreamzero-tiny"}, values, CPU)
         torch.manual_seed(0)
-        with workload.process_settings():
+        with harness_for(workload, 1).settings():
             assert inductor.emulate_precision_casts == values["emulate_precision_casts"]
             step = training.prepare(workload, values, CPU)
             with torch.no_grad(), step.autocast():  # the forward alone: no backward graph to compile

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from benchbay.decode.backends import BACKENDS, Settings, backend
-from benchbay.decode.clips import PRESETS, DatasetFormatError, VideoDataset, source_frame, write_dataset
+from benchbay.decode.clips import PRESETS, source_frame, write_dataset
+from benchbay.decode.dataset import DatasetFormatError, VideoDataset
 from benchbay.decode.patterns import PATTERNS
 from benchbay.workloads.decode import Decode
 
@@ -293,7 +294,7 @@ def test_gpu_decoders_skip_with_their_reason_without_a_gpu(name):
 
 @pytest.mark.parametrize(("capability", "lacks"), [((9, 0), True), ((8, 0), True), ((8, 9), False), ((10, 0), False)])
 def test_nvdec_av1_by_gpu_generation(monkeypatch, capability, lacks):
-    from benchbay.decode.backends import nvdec_codec_reason
+    from benchbay.decode.backends.nvidia import nvdec_codec_reason
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
@@ -302,7 +303,7 @@ def test_nvdec_av1_by_gpu_generation(monkeypatch, capability, lacks):
     assert (nvdec_codec_reason("av1") is not None) == lacks
     if lacks:  # a GPU decoder without CPU fallback is skipped on AV1; torchcodec records its fallback
         available = classmethod(lambda cls, device="cpu": None)
-        monkeypatch.setattr("benchbay.decode.backends.Backend.unavailable_reason", available)
+        monkeypatch.setattr("benchbay.decode.backends.base.Backend.unavailable_reason", available)
         decord2 = Decode({}, {"backend": "decord2", "device": "cuda", "preset": "lerobot"}, torch.device("cpu"))
         assert "no AV1 decoder" in decord2.skip_reason()
         assert Decode({}, {"backend": "torchcodec", "device": "cuda", "preset": "lerobot"},

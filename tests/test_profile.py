@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from benchbay import store
 from benchbay.analysis.batch_search import search_edges
+from benchbay.collect import Figures, Window
 from benchbay.collect.compile import compile_counters
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.profile import StepProfiler, Trace, analyse
@@ -215,11 +216,11 @@ def test_compile_counters_count_graph_breaks_and_recompiles():
 
 def test_memory_snapshot_is_a_noop_with_a_reason_on_cpu(tmp_path):
     cpu = torch.device("cpu")
-    assert MemorySnapshot(None, cpu).summary() == {}
+    assert MemorySnapshot(None, cpu).figures(Window(0)) == Figures()
     snapshot = MemorySnapshot(tmp_path, cpu)
     with snapshot:
         torch.ones(4)
-    assert snapshot.summary() == {"memory_snapshot": None,
+    assert snapshot.figures(Window(0)).extra == {"memory_snapshot": None,
                                   "memory_snapshot_reason": "memory snapshots need a CUDA device (running on cpu)"}
     assert not list(tmp_path.iterdir())
 
@@ -230,7 +231,7 @@ def test_memory_snapshot_records_allocations_on_cuda(tmp_path):
     with snapshot:
         x = torch.ones(1 << 20, device="cuda")
         del x
-    assert snapshot.summary()["memory_snapshot"] == str(tmp_path / "m" / "snapshot.pickle")
+    assert snapshot.figures(Window(0)).extra["memory_snapshot"] == str(tmp_path / "m" / "snapshot.pickle")
     data = pickle.loads((tmp_path / "m" / "snapshot.pickle").read_bytes())
     actions = [e["action"] for trace in data["device_traces"] for e in trace]
     assert "alloc" in actions and "free_completed" in actions

@@ -1,5 +1,5 @@
 """The quickstart on a GPU runs what fits the card: params given per card memory class, chosen by
-the card's memory (``suite_model.by_card_memory``), checked by validate, read by the runner."""
+the card's memory (``suite.model.by_card_memory``), checked by validate, read by the runner."""
 
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -10,7 +10,7 @@ from benchbay.collect import nvml
 from benchbay.launch.base import Launch
 from benchbay.runner import SuiteRunner
 from benchbay.suite import SuiteError, load
-from benchbay.suite_model import by_card_memory
+from benchbay.suite.model import by_card_memory
 from tests.conftest import ROOT, TINY, InProcessLauncher, write_suite
 
 QUICKSTART = ROOT / "suites" / "quickstart.yaml"

@@ -36,7 +36,7 @@ from benchbay.analysis.tables import (
 )
 from benchbay.record import Record
 from benchbay.report import build_report
-from benchbay.suite_model import Search, SuiteMeta
+from benchbay.suite.model import Search, SuiteMeta
 from tests.fixtures.make_records import WARMUP
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -14,9 +14,10 @@ from benchbay import store
 from benchbay.cli import main
 from benchbay.record import Status
 from benchbay.suite import SuiteError, load
+from benchbay.tune.confirm import CONFIRMS, TRIAL
 from benchbay.tune.memory import MemoryModel, fit
 from benchbay.tune.result import emit_suite, read_result
-from benchbay.tune.study import CONFIRMS, TRIAL, Tuner
+from benchbay.tune.study import Tuner
 from tests.conftest import benchbay_cmd, write_suite
 from tests.fixtures.landscape import OPTIMUM
 
@@ -113,7 +114,7 @@ def test_a_constraint_no_trial_meets_is_said_with_the_closest_trials(tmp_path, i
 
 def test_the_winner_is_emitted_as_a_suite_that_loads_and_a_report_shows_the_tune(tmp_path, in_repo):
     from benchbay.report import build_report
-    from benchbay.suite_model import SuiteMeta
+    from benchbay.suite.model import SuiteMeta
 
     summary = tuner(tmp_path, trials=5).run_study()
     path = emit_suite(summary.run, tmp_path / "tuned.yaml")

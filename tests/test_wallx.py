@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from benchbay import knobs as knob_table
-from benchbay.knobs import training
+from benchbay.launch import training
+from benchbay.launch.harness import harness_for
 from benchbay.workloads.wallx.attention import language_mask
 from benchbay.workloads.wallx.layout import SequenceLayout
 from benchbay.workloads.wallx.workload import WallX
@@ -196,7 +197,7 @@ def test_every_knob_value_is_accepted_or_skipped_with_a_reason(knob, value):
 
 def test_generic_knobs_wallx_cannot_take_are_skipped_with_a_reason():
     graphs = WallX(TINY, {**knob_table.defaults_for(WallX), "cuda_graph": "attention"}, CPU)
-    assert "does not support it" in graphs.harness_skip_reason(world_size=1)
+    assert "does not support it" in harness_for(graphs, 1).skip_reason()
 
 
 @pytest.mark.gpu

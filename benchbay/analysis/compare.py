@@ -32,18 +32,17 @@ row through :func:`benchbay.analysis.cost.cost_per_million_samples`, the interva
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from benchbay.analysis.cost import COST, cost_per_million_samples
-from benchbay.analysis.frame import is_missing, knob_columns, param_columns
+from benchbay.analysis.frame import is_missing
+from benchbay.analysis.points import MatchedPoint, describe_points, env_differences, match_points, point_groups
 from benchbay.analysis.quality import cards_note, notes, warnings_of
 from benchbay.analysis.stats import (
     MIRRORED,
@@ -55,8 +54,7 @@ from benchbay.analysis.stats import (
     ratio_test,
     repeats_needed,
 )
-from benchbay.markdown import markdown_table
-from benchbay.record import DELIVERED_RATE, FIGURES, Record, Status
+from benchbay.record import DELIVERED_RATE, Status
 
 
 class Verdict(StrEnum):
@@ -148,110 +146,6 @@ class CompareOptions:
 
 
 DEFAULT_OPTIONS = CompareOptions()
-
-
-#: environment fields that make two measurements incomparable when they differ
-ENV_KEYS = ("gpu", "driver", "cuda", "torch")
-
-#: columns that are not knobs, to find knob columns in a frame without ``knob_names``: the record's
-#: fields, and the metrics and series that a flat frame spreads beside the knobs
-_RECORD_FIELDS = frozenset({f.name for f in fields(Record)} | FIGURES)
-_NON_KNOB_PREFIXES = ("env.", "extra.", "health.", "param.", "metrics.", "series.", "rank")
-
-
-def _canonical(value: Any) -> str:
-    """One spelling per value, so that 32, 32.0 and "32" from different loaders match."""
-    if is_missing(value):
-        return "null"
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return str(int(value))
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
-
-
-def point_key_columns(df: pd.DataFrame) -> list[str]:
-    """Columns that identify a point: suite, workload, ``param.*`` and the knobs.
-
-    The knobs are those the rows name in ``knob_names`` (``records_to_frame`` keeps them); for a
-    frame built another way, every column that is not a record field nor prefixed ``env.``,
-    ``extra.``, ``param.``.
-    """
-    if "knob_names" in df:
-        knobs = knob_columns(df)
-    else:
-        knobs = [c for c in df.columns if c not in _RECORD_FIELDS and not c.startswith(_NON_KNOB_PREFIXES)]
-    fixed = [c for c in ("suite", "workload", "world_size") if c in df.columns]
-    return fixed + sorted(param_columns(df)) + sorted(knobs)
-
-
-def first_label(rows: pd.DataFrame) -> str | None:
-    labels = rows["label"].dropna() if "label" in rows else ()
-    return str(labels.iloc[0]) if len(labels) else None
-
-
-@dataclass
-class MatchedPoint:
-    """The rows of one point on each side (all repeats, any status); either side may be empty."""
-
-    key: dict[str, str]
-    baseline: pd.DataFrame
-    candidate: pd.DataFrame
-
-    @property
-    def label(self) -> str | None:
-        return first_label(self.candidate) or first_label(self.baseline)
-
-    @property
-    def rows(self) -> pd.DataFrame:
-        return pd.concat([self.baseline, self.candidate])
-
-
-def point_groups(df: pd.DataFrame, key_columns: Sequence[str]) -> dict[tuple[str, ...], list[int]]:
-    """Row positions of each point (all its repeats and runs), keyed by canonical key values."""
-    groups: dict[tuple[str, ...], list[int]] = {}
-    for pos, values in enumerate(df[list(key_columns)].itertuples(index=False, name=None)):
-        groups.setdefault(tuple(_canonical(v) for v in values), []).append(pos)
-    return groups
-
-
-def match_points(
-    baseline: pd.DataFrame, candidate: pd.DataFrame, key_columns: Sequence[str] | None = None,
-    ignore_knobs: Sequence[str] = (),
-) -> list[MatchedPoint]:
-    """Pair the points of two frames on their shared key columns (baseline order, then new points);
-    ``ignore_knobs`` do not take part, so a deliberate change of them (compile on -> off) is compared."""
-    if key_columns is None:
-        shared = set(point_key_columns(baseline)) & set(point_key_columns(candidate))
-        key_columns = [c for c in point_key_columns(baseline) if c in shared and c not in ignore_knobs]
-    keys = list(key_columns)
-    if not keys:
-        raise ValueError("the frames share no point columns (suite, workload, param.*, knobs) to match on")
-    base_groups, cand_groups = point_groups(baseline, keys), point_groups(candidate, keys)
-    order = list(base_groups) + [k for k in cand_groups if k not in base_groups]
-    return [
-        MatchedPoint(
-            key=dict(zip(keys, key, strict=True)),
-            baseline=baseline.iloc[base_groups.get(key, [])],
-            candidate=candidate.iloc[cand_groups.get(key, [])],
-        )
-        for key in order
-    ]
-
-
-def env_differences(baseline: pd.DataFrame, candidate: pd.DataFrame, keys: Iterable[str] = ENV_KEYS) -> list[str]:
-    """Human-readable differences in the environment fields, e.g. ``torch 2.11.0 vs 2.12.0``."""
-
-    def values(rows: pd.DataFrame, column: str) -> str:
-        found = sorted({_canonical(v) for v in rows[column]} - {"null"}) if column in rows else []
-        return "/".join(found) or "unknown"
-
-    out = []
-    for key in keys:
-        base, cand = values(baseline, f"env.{key}"), values(candidate, f"env.{key}")
-        if base != cand:
-            out.append(f"{key} {base} vs {cand}")
-    return out
 
 
 def steady_step_times(row: pd.Series | dict) -> np.ndarray:
@@ -465,16 +359,6 @@ def point_caution(point: MatchedPoint) -> str:
     return "; ".join(parts)
 
 
-def describe_points(keys: Sequence[Mapping[str, str]], labels: Sequence[str | None]) -> list[str]:
-    """A short name per point: its label, else the key values that vary across the points."""
-    varying = [k for k in (keys[0] if keys else {}) if k != "suite" and len({key[k] for key in keys}) > 1]
-    names = []
-    for key, label in zip(keys, labels, strict=True):
-        described = ", ".join(f"{k.removeprefix('param.')}={key[k]}" for k in varying)
-        names.append(label or described or key.get("suite", "point"))
-    return names
-
-
 def compare(
     baseline: pd.DataFrame,
     candidate: pd.DataFrame,
@@ -514,47 +398,3 @@ def compare(
         rows += [{"point": name, "label": point.label, **point.key, **asdict(result), "caution": caution}
                  for result in results.values()]
     return pd.DataFrame(rows)
-
-
-def format_note(*texts: Any) -> str:
-    """The non-empty texts (a reason, a caution) joined."""
-    return "; ".join(str(t) for t in texts if not is_missing(t) and str(t))
-
-
-def format_value(value: Any) -> str:
-    return "-" if is_missing(value) else f"{value:.4g}"
-
-
-def format_ratio(row: pd.Series | dict) -> str:
-    """``1.103 [1.095, 1.111]``, or ``-`` when there is no ratio."""
-    if is_missing(row["ratio"]):
-        return "-"
-    if is_missing(row["ci_low"]) or row["ci_low"] == row["ci_high"]:  # no interval, or one collapsed to the ratio
-        return f"{row['ratio']:.3f}"
-    return f"{row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
-
-
-def format_compare(table: pd.DataFrame, *, only_changes: bool = False) -> str:
-    """The comparison as a Markdown table (readable in a terminal too), reasons in the last column."""
-    if table.empty:
-        return "No points to compare."
-    if only_changes:
-        table = table[~table["verdict"].isin(UNCHANGED)]
-        if table.empty:
-            return "No changes."
-    rows = [
-        (r["point"], f"{r['metric']} ({r['statistic']})", format_value(r["baseline"]), format_value(r["candidate"]),
-         format_ratio(r), format_value(r["p_value"]), r["verdict"], format_note(r["reason"], r.get("caution")))
-        for _, r in table.iterrows()
-    ]
-    headers = ("point", "metric", "baseline", "candidate", "ratio [CI]", "p", "verdict", "note")
-    return markdown_table(headers, rows) + caution_line(table)
-
-
-def caution_line(table: pd.DataFrame) -> str:
-    """A closing line when points ran noisy or on a busy machine, else ""."""
-    doubtful = table.loc[table["caution"].astype(bool), "point"].nunique() if "caution" in table else 0
-    if not doubtful:
-        return ""
-    return (f"\n\nCaution: {doubtful} of {table['point'].nunique()} points ran noisy or on a machine that was not "
-            "quiet (see the notes): a verdict there may be noise; measure again on a quiet machine.")

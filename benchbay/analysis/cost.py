@@ -22,7 +22,7 @@ from benchbay.analysis.frame import is_missing
 from benchbay.analysis.mfu import mfu_note
 
 if TYPE_CHECKING:
-    from benchbay.suite_model import SuiteMeta
+    from benchbay.suite.model import SuiteMeta
 
 COST = "cost_per_m_samples"
 PRICE_KEY = "price_per_gpu_hour"

@@ -38,20 +38,13 @@ from benchbay.analysis.compare import (
     CompareOptions,
     Comparison,
     Verdict,
-    caution_line,
     code_spread,
     compare_metric,
-    describe_points,
     earlier_rows,
-    first_label,
-    format_note,
-    format_ratio,
-    format_value,
-    match_points,
     point_caution,
-    point_groups,
-    point_key_columns,
 )
+from benchbay.analysis.compare_format import caution_line, format_note, format_ratio, format_value
+from benchbay.analysis.points import describe_points, first_label, match_points, point_groups, point_key_columns
 from benchbay.analysis.stats import repeats_needed
 from benchbay.analysis.thresholds import FAIL_SHARE, Threshold, parse_threshold, value_matches
 from benchbay.markdown import markdown_table, one_line

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from benchbay.collect import Collector, Figures, Window
+
 COUNTERS = ("graph_breaks", "recompiles", "compiled_graphs", "cudagraph_skips", "compile_cache_hits")
 REASONS = 5  # distinct graph-break reasons a record keeps
 
@@ -39,3 +41,10 @@ def compile_counters() -> dict[str, Any]:
             + counters["aot_autograd"]["autograd_cache_hit"],
             **({"graph_break_reasons": [f"{reason.strip().splitlines()[0]} (x{n})" for reason, n in reasons]}
                if reasons else {})}
+
+
+class CompileCounters(Collector):
+    """What torch.compile did in this process up to the figures (``compile_counters``)."""
+
+    def figures(self, window: Window) -> Figures:
+        return Figures(extra=compile_counters())

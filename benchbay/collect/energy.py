@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from benchbay.collect import nvml
+from benchbay.collect import Collector, Figures, Window, nvml
 
 RAPL = Path("/sys/class/powercap")
 
@@ -25,8 +25,9 @@ def _rapl_packages(root: Path) -> list[Path]:
     return zones
 
 
-class EnergyMeter:
-    """``start()`` and ``stop()`` around the measured steps; ``metrics(samples)`` and ``note()`` after."""
+class EnergyMeter(Collector):
+    """Joules per sample and mean watts of this process's device over its window; where they came
+    from, or why there are none (``extra``)."""
 
     def __init__(self, cuda_index: int | None, rapl_root: Path = RAPL):
         self.cuda_index = cuda_index
@@ -55,15 +56,10 @@ class EnergyMeter:
         if joules is not None and joules >= self._start[0]:  # a RAPL counter that wrapped is dropped
             self._joules, self._seconds = joules - self._start[0], time.perf_counter() - self._start[1]
 
-    def metrics(self, samples: int) -> dict[str, float]:
-        """Joules per sample and mean watts of this process's device (empty when unread)."""
-        if self._joules is None or not self._seconds or not samples:
-            return {}
-        return {"energy_j_per_sample": self._joules / samples, "energy_watts": self._joules / self._seconds}
-
-    def note(self) -> dict[str, str]:
-        """Where the energy came from, or why there is none (a record's ``extra``)."""
+    def figures(self, window: Window) -> Figures:
         if self._joules is not None:
-            return {"energy_source": self.source}
+            metrics = {"energy_j_per_sample": self._joules / window.samples,
+                       "energy_watts": self._joules / self._seconds} if self._seconds and window.samples else {}
+            return Figures(metrics=metrics, extra={"energy_source": self.source})
         what = "NVML's energy counter" if self.source == "nvml" else "RAPL (/sys/class/powercap)"
-        return {"energy_absent": f"{what} not readable here"}
+        return Figures(extra={"energy_absent": f"{what} not readable here"})

@@ -14,40 +14,16 @@ element-wise kernels over ~``PER_TENSOR`` x tensors elements a step.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from benchbay.analysis.update_fidelity import verdict
 from benchbay.collect.compute_fidelity import ComputeFidelity
+from benchbay.knobs.adam import AdamHyper, local_tensor
 
 #: elements sampled from each trainable tensor (all of a smaller one)
 PER_TENSOR = 256
-
-
-@dataclass(frozen=True)
-class AdamHyper:
-    lr: float
-    beta1: float
-    beta2: float
-    eps: float
-    weight_decay: float
-
-
-def hyper_of(optimizer) -> list[tuple[list[nn.Parameter], AdamHyper]]:
-    """The AdamW hyper-parameters of each of an optimizer's parameter groups."""
-    groups = []
-    for g in optimizer.param_groups:
-        b1, b2 = g["betas"]
-        groups.append((list(g["params"]), AdamHyper(float(g["lr"]), float(b1), float(b2), float(g["eps"]),
-                                                    float(g["weight_decay"]))))
-    return groups
-
-
-def local_tensor(t: torch.Tensor) -> torch.Tensor:
-    """The tensor this process holds (an FSDP2 parameter or gradient is a DTensor shard)."""
-    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def _sample(t: torch.Tensor, offset: int, stride: int, k: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ import resource
 import psutil
 import torch
 
-from benchbay.collect import nvml
+from benchbay.collect import Collector, Figures, Window, nvml
 
 GIB = 1024**3
 
@@ -49,3 +49,21 @@ def current(device: torch.device) -> dict[str, float | None]:
             "mem_reserved_gib": torch.cuda.memory_reserved(device) / GIB,
             "peak_mem_allocated_gib": torch.cuda.max_memory_allocated(device) / GIB,
             "device_mem_total_gib": torch.cuda.get_device_properties(device).total_memory / GIB}
+
+
+class PeakMemory(Collector):
+    """The peaks of its window: reset at ``start``, read at ``stop``."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._peak: dict[str, float | int | None] = {}
+
+    def start(self) -> None:
+        reset(self.device)
+
+    def stop(self) -> None:
+        if not self._peak:
+            self._peak = peak(self.device)
+
+    def figures(self, window: Window) -> Figures:
+        return Figures(metrics=dict(self._peak))

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from benchbay.collect import Collector, Figures, Window
 from benchbay.collect.op_family import family
 
 PHASES = ("data", "frozen_encoders", "forward", "backward", "optimizer", "communication")
@@ -50,13 +51,13 @@ SCALAR_READ = "aten::_local_scalar_dense"  # where every .item(), bool(t), float
 OPTIMIZER_STEP_RANGE = "Optimizer.step#"
 
 
-class StepProfiler:
-    """Context manager entered right before the steps to profile; ``step()`` after every step;
-    ``summary()`` after exit.
+class StepProfiler(Collector):
+    """A collector started right before the steps to profile; ``step()`` after every step.
 
-    Its schedule starts where it is entered, not at a count of steps fixed beforehand: the first
+    Its schedule starts where it is started, not at a count of steps fixed beforehand: the first
     step is its own warm-up (its start-up cost stays out of the record), the next ``active`` are
-    recorded. Under torchrun each rank writes into ``out_dir/rank<N>``."""
+    recorded. Under torchrun each rank writes into ``out_dir/rank<N>``. A window that ended in an
+    exception writes nothing."""
 
     def __init__(self, out_dir: Path, active: int):
         world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -66,23 +67,29 @@ class StepProfiler:
             activities.append(ProfilerActivity.CUDA)
         self._profiler = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=active, repeat=1))
         self._summary: dict[str, Any] = {"profile_dir": str(self.out_dir)}
+        self._running = False
 
-    def __enter__(self) -> StepProfiler:
+    def start(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._profiler.__enter__()
-        return self
+        self._running = True
 
     def step(self) -> None:
         self._profiler.step()
 
+    def stop(self, failed: bool = False) -> None:
+        if self._running:
+            self._running = False
+            self._profiler.__exit__(None, None, None)
+            if not failed:
+                self._summary.update(self._write())
+
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self._profiler.__exit__(exc_type, exc, tb)
-        if exc_type is None:
-            self._summary.update(self._write())
+        self.stop(failed=exc_type is not None)
         return False
 
-    def summary(self) -> dict[str, Any]:
-        return dict(self._summary)
+    def figures(self, window: Window) -> Figures:
+        return Figures(extra=dict(self._summary))
 
     def _write(self) -> dict[str, Any]:
         if self._profiler.profiler is None:

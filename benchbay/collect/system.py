@@ -11,7 +11,7 @@ import time
 import psutil
 
 from benchbay.analysis.stats import coefficient_of_variation
-from benchbay.collect import nvml
+from benchbay.collect import Collector, Figures, Window, nvml
 
 
 def _live_children_cpu(proc: psutil.Process) -> dict[tuple[int, float], float]:
@@ -50,7 +50,9 @@ def tree_cpu_seconds(proc: psutil.Process) -> float:
     return sum(proc.cpu_times()[:2]) + children_cpu_seconds(proc)
 
 
-class SystemSampler:
+class SystemSampler(Collector):
+    """Samples every ``interval_s`` from ``start`` to ``stop``, in a thread of its own."""
+
     def __init__(self, gpu_index: int | None, interval_s: float = 0.2):
         self.gpu_index = gpu_index
         self.interval_s = interval_s
@@ -68,13 +70,6 @@ class SystemSampler:
         if self._thread.is_alive():
             self._thread.join()
 
-    def __enter__(self) -> SystemSampler:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def _run(self) -> None:
         proc = psutil.Process()
         start = last_t = time.perf_counter()
@@ -91,6 +86,9 @@ class SystemSampler:
             if self.gpu_index is not None:
                 for key, value in nvml.sample(self.gpu_index).items():
                     self.series.setdefault(key, []).append(value)
+
+    def figures(self, window: Window) -> Figures:
+        return Figures(metrics=self.summary(), series=dict(self.series))
 
     def summary(self) -> dict[str, float | None]:
         util = self.series["cpu_util"]

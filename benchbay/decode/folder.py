@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchbay.decode.clips import DatasetFormatError, EpisodeVideo, VideoDataset
+from benchbay.decode.dataset import DatasetFormatError, EpisodeVideo, VideoDataset
 
 #: what a video file is called (the containers FFmpeg, and so every backend, reads)
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi")

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from benchbay.decode.backends import Backend, Handle, Settings, backend
+from benchbay.decode.backends import Settings, backend
+from benchbay.decode.backends.base import Backend, Handle
 from benchbay.decode.measure import ViewTiming
 from benchbay.decode.patterns import Pattern, ViewRequest
 

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from benchbay.decode.clips import VideoDataset
+from benchbay.decode.dataset import VideoDataset
 
 
 @dataclass(frozen=True)

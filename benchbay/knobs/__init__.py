@@ -1,7 +1,7 @@
 """The generic knobs: one table of what a suite may set for any training workload.
 
 Each knob's behaviour lives in its own module (precision.py, recompute.py, compile.py, ...);
-``benchbay.knobs.training.prepare`` applies them in one place, in torchtitan's order.
+``benchbay.launch.training.prepare`` applies them in one place, in torchtitan's order.
 Workload-specific knobs are declared by the workload (``Workload.knobs``) and validated here too.
 """
 

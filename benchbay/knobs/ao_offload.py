@@ -15,7 +15,7 @@ import torch
 if TYPE_CHECKING:
     from torch import nn
 
-    from benchbay.collect.fidelity import AdamHyper
+    from benchbay.knobs.adam import AdamHyper
 
 
 class ClippedCPUOffload:

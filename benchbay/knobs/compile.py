@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the oth
 
 
 def apply(parts: ModelParts, value: str, cuda_graph: str) -> None:
-    """Compile in place (``benchbay.knobs.training.process_settings`` makes a recompile
+    """Compile in place (``benchbay.launch.training.process_settings`` makes a recompile
     limit hit an error rather than a silent fall-back to eager)."""
     if value == "off":
         return

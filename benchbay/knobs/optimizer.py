@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the knob's values are declarations (a suite is validated wi
     import torch
     from torch import nn
 
-    from benchbay.collect.fidelity import AdamHyper
+    from benchbay.knobs.adam import AdamHyper
 
 
 class OptimizerChoice:
@@ -173,7 +173,7 @@ def skip_reason(knobs: dict[str, Any], device: torch.device) -> str | None:
 
 def build(name: str, params: list[nn.Parameter], workload_optimizer, knobs: dict[str, Any]):
     """The optimizer of this point, with the hyper-parameters of the workload's own AdamW."""
-    from benchbay.collect.fidelity import hyper_of
+    from benchbay.knobs.adam import hyper_of
 
     (_, hyper), *others = hyper_of(workload_optimizer)
     if any(h != hyper for _, h in others):

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from benchbay.collect.fidelity import AdamHyper
-from benchbay.collect.fidelity import local_tensor as _local
+from benchbay.knobs.adam import AdamHyper
+from benchbay.knobs.adam import local_tensor as _local
 
 #: elements per flattened bucket: the step's scratch is a few bytes an element of one bucket
 BUCKET = 1 << 26

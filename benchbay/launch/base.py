@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from benchbay.record import Status
-from benchbay.suite_model import Devices, Steps
+from benchbay.suite.model import Devices, Steps
 
 DeviceType = Literal["cpu", "cuda"]
 

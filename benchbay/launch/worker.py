@@ -27,18 +27,19 @@ import torch
 # imported before the steps: an import inside the warm-up stalls the step it lands in (pandas alone
 # ~0.5 s), and the queue a loader behind the step fills meanwhile hides it from the drain check
 from benchbay.analysis.steady import detect_warmup, first_dry_step
-from benchbay.collect import memory
-from benchbay.collect.compile import compile_counters
+from benchbay.collect import Collector, Figures, Window, memory
+from benchbay.collect.compile import CompileCounters
 from benchbay.collect.energy import EnergyMeter
+from benchbay.collect.memory import PeakMemory
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
 from benchbay.launch.base import PointSpec, WorkerResult
+from benchbay.launch.harness import StepHarness, harness_for
 from benchbay.launch.process import PHASE_MARK, die_with_parent
 from benchbay.record import Status
-from benchbay.suite_model import MIN_BUDGETED_STEPS, Steps
+from benchbay.suite.model import MIN_BUDGETED_STEPS, Steps
 from benchbay.workloads import registry
-from benchbay.workloads.base import Workload
 
 #: cuBLAS reports a handle it had no memory for as an allocation failure, not an OutOfMemoryError (H200,
 #: Wall-X mbs 64: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`)
@@ -74,14 +75,6 @@ def _steady_window(times: list[float], steady: str | tuple[int, int], warmup: in
     return min(warmup, len(times) - 1), len(times)
 
 
-class _NoProfiler:
-    """The profiler of a point not profiled: its steps stop before the profiled ones (``_measure``),
-    so only its summary is read."""
-
-    def summary(self) -> dict[str, Any]:
-        return {}
-
-
 PROFILED_STEPS = 3
 #: a loader is behind the step when a batch costs its workers this much more than a step takes
 LOADER_BEHIND = 1.05
@@ -96,11 +89,12 @@ EARLY_STEPS = 3
 STACK_DUMP_LEAD_S = 5.0
 
 
-def _profiler(spec: PointSpec):
+def _profiler(spec: PointSpec) -> Collector:
     """torch.profiler over a few extra steps after the measured ones (so its overhead stays out
-    of the timings) when the point is profiled (benchbay.collect.profile)."""
+    of the timings) when the point is profiled (benchbay.collect.profile); a collector that
+    measures nothing when it is not (its steps stop before the profiled ones: ``_measure``)."""
     if not spec.profile:
-        return _NoProfiler()
+        return Collector()
     from benchbay.collect.profile import StepProfiler
 
     return StepProfiler(Path(spec.profile_dir), active=PROFILED_STEPS)
@@ -130,7 +124,6 @@ class Measured:
     started: list[float] = field(default_factory=list)  # host clock at each timed step's start
     drain_steps: int = 0  # warm-up steps added while a loader behind the step was still being drained
     step_index: int = -1  # the step running when something failed; -1: before the first
-    energy: EnergyMeter | None = None  # read around the measured steps, as the sampler
     stopped_early: dict[str, Any] | None = None  # a tune's early stop ended the steps (_slower_than)
 
 
@@ -144,8 +137,8 @@ def run(spec: PointSpec) -> WorkerResult:
     torch.manual_seed(knobs.get("seed", 0))
     result = WorkerResult(status=Status.OK, rank=rank, world_size=world)
     try:  # building and asking it may read the data (decode on cuda opens params.root): a failure is an error
-        workload = registry.resolve(spec.workload)(spec.params, knobs, device)
-        reason = workload.harness_skip_reason(world) or workload.skip_reason()
+        harness = harness_for(registry.resolve(spec.workload)(spec.params, knobs, device), world)
+        reason = harness.skip_reason()
     except Exception as exc:
         return replace(result, **_failure(exc, -1, device))
     if reason:
@@ -154,19 +147,21 @@ def run(spec: PointSpec) -> WorkerResult:
     if needs_group:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device
                                              if device.type == "cuda" else None)
-    sampler = SystemSampler(device.index if device.type == "cuda" else None)  # started at the measured steps
-    measured = Measured(times=[], energy=EnergyMeter(device.index if device.type == "cuda" else None))
+    gpu = device.index if device.type == "cuda" else None
+    # the collectors of the measured steps (a command's processes hold the device's memory, not this one)
+    window = [SystemSampler(gpu), EnergyMeter(gpu), *([] if own_clock else [PeakMemory(device)])]
+    measured = Measured(times=[])
     try:
         snapshot_dir = Path(spec.memory_snapshot_dir) if spec.memory_snapshot else None
         profiler, snapshot = _profiler(spec), MemorySnapshot(snapshot_dir, device)
-        with workload.process_settings():
-            _measure(workload, spec, device, sampler, profiler, snapshot, measured)
+        with harness.settings(), contextlib.ExitStack() as measuring:  # left on a failure too
+            _measure(harness, spec, device, window, measuring, profiler, snapshot, measured)
             phase("metrics")
-            result = replace(result, **_figures(workload, spec, device, measured, sampler, profiler, snapshot))
+            result = replace(result, **_figures(harness, spec, measured, [*window, profiler, snapshot,
+                                                                          CompileCounters()]))
     except Exception as exc:  # classified below; the sweep goes on in the parent
         return replace(result, **_failure(exc, measured.step_index, device, after_steps=bool(measured.times)))
     finally:
-        sampler.stop()
         if needs_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     bad = [i for i, x in enumerate(result.series["losses"]) if not math.isfinite(x)]
@@ -176,12 +171,14 @@ def run(spec: PointSpec) -> WorkerResult:
     return result
 
 
-def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler: SystemSampler,
-             profiler: Any, snapshot: MemorySnapshot, measured: Measured) -> None:
-    """Warm-up, measured and (when profiling) profiled steps; fills ``measured``."""
+def _measure(harness: StepHarness, spec: PointSpec, device: torch.device, window: list[Collector],
+             measuring: contextlib.ExitStack, profiler: Any, snapshot: MemorySnapshot, measured: Measured) -> None:
+    """Warm-up, measured and (when profiling) profiled steps; fills ``measured``. The ``window``
+    collectors enter ``measuring`` as the measured steps begin and leave it as they end."""
     phase("build")
     started = time.perf_counter()
-    step = workload.prepare()
+    workload = harness.workload
+    step = harness.prepare()
     measured.build_s = time.perf_counter() - started
     ahead = workload.batches_ahead()  # made while the first steps ran: warm up over them (Workload.batches_ahead)
     measured.warmup = spec.steps.warmup + ahead
@@ -201,11 +198,9 @@ def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler:
             if i == measured.warmup:  # figures of the measured steps only
                 phase(f"measuring steps {i}..{total - 1}")
                 # before the peak is reset: a training step's compute fidelity runs its unmeasured passes here
-                workload.start_measuring()
-                if not own_clock:
-                    memory.reset(device)
-                sampler.start()
-                measured.energy.start()
+                harness.start_measuring()
+                for collector in window:
+                    measuring.enter_context(collector)
                 measure_started = time.perf_counter()
             if i == total:
                 phase("profiled steps")
@@ -235,8 +230,7 @@ def _measure(workload: Workload, spec: PointSpec, device: torch.device, sampler:
                                               "below": spec.stop_below}
                     total = i + 1
             if i == total - 1:
-                sampler.stop()
-                measured.energy.stop()
+                measuring.close()
             if i >= total:
                 profiler.step()
             i += 1
@@ -277,33 +271,32 @@ def _slower_than(spec: PointSpec, warmup: int, i: int, total: int, timer: StepTi
     return rate if rate < spec.stop_below else None
 
 
-def _figures(workload: Workload, spec: PointSpec, device: torch.device, measured: Measured,
-             sampler: SystemSampler, profiler: Any, snapshot: MemorySnapshot) -> dict[str, Any]:
-    """The result's metrics, series and extra figures from the measured steps."""
-    own = workload.own_figures(len(measured.times))  # a command's: the probe's steps stand for the host's waits
+def _figures(harness: StepHarness, spec: PointSpec, measured: Measured, collectors: list[Collector]) -> dict[str, Any]:
+    """The result's metrics, series and extra figures from the measured steps and the collectors."""
+    workload = harness.workload
+    # a command's: the probe's steps stand for the host's waits; a training step's fidelity over every measured step
+    own = harness.figures(len(measured.times))
     times = own.get("times") or measured.times
     loss_values = own.get("losses") or ([float(x) for x in torch.stack(measured.losses).float().cpu()]
                                         if measured.losses else [])
     grad_values = [float(x) for x in torch.stack(measured.grad_norms).float().cpu()] if measured.grad_norms else []
     first, end = _steady_window(times, spec.steps.steady, measured.warmup)
     flops = workload.flops_per_sample()
+    collected = Figures()
+    for collector in collectors:
+        collected |= collector.figures(Window(samples=workload.samples_per_step() * (len(times) - measured.warmup)))
     metrics = {**summarize(times[first:end]), "build_s": measured.build_s, "first_step_s": times[0],
                "warmup_steps": first,
                "samples_per_step": workload.samples_per_step(), "flops_per_sample": flops.get("train"),
                "frozen_flops_per_sample": flops.get("frozen"),
-               "measured_steps": end - first, **({} if workload.own_clock else memory.peak(device)),
-               **own.get("metrics", {}), **sampler.summary(),
-               **measured.energy.metrics(workload.samples_per_step() * (len(times) - measured.warmup))}
+               "measured_steps": end - first, **own.get("metrics", {}), **collected.metrics}
     metrics.update(_data_wait(measured.data_s[first:end], times[first:end]))
-    harness = workload.harness_figures()  # over every measured step (the fidelity's window)
-    metrics.update(harness.get("metrics", {}))
     if measured.loader_s[first:end]:  # the mean step a loader can feed (workloads.feed's last_loader_s)
         metrics["loader_s"] = statistics.fmean(measured.loader_s[first:end])
     return {"metrics": metrics,
             "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
-                       **({"data_waits_s": measured.data_s} if measured.data_s else {}), **sampler.series},
-            "extra": {**workload.extra_metrics(), **harness.get("extra", {}), **compile_counters(),
-                      **profiler.summary(), **snapshot.summary(), **measured.energy.note(),
+                       **({"data_waits_s": measured.data_s} if measured.data_s else {}), **collected.series},
+            "extra": {**workload.extra_metrics(), **own.get("extra", {}), **collected.extra,
                       # timed steps short of the configured ones: the measure budget ended them
                       **({"measure_budget_spent": True} if len(times) < measured.warmup + spec.steps.measure else {}),
                       **({"drain_steps": measured.drain_steps} if measured.drain_steps else {}),

@@ -1,6 +1,6 @@
 """``benchbay tune``: an Optuna study over a suite's ``tune.space``, each trial a point as ``run``
 measures it (its own process, its record in the store naming its trial), then the best few
-measured again before a winner is named.
+measured again (``benchbay.tune.confirm``) before a winner is named.
 
 The study lives in the run's records: a resumed tune replays them into a fresh study (in order,
 as enqueued trials told their stored results), so a tune continues across short GPU calls and
@@ -35,19 +35,16 @@ from rich.console import Console
 
 from benchbay import store
 from benchbay.analysis.cost import cost_per_million_samples
-from benchbay.analysis.stats import bootstrap_ratio, mean_interval
 from benchbay.launch.worker import EARLY_STEPS
 from benchbay.progress import describe
 from benchbay.record import Record, Status
 from benchbay.runner import SuiteRunner, Unwritable, cannot_run, sigterm_as_interrupt
-from benchbay.suite_model import Point, Suite, excluded_by
+from benchbay.suite.model import Point, Suite, excluded_by
+from benchbay.suite.tune import THROUGHPUT, IntRange, Tune
+from benchbay.tune.confirm import CONFIRMS, TRIAL, ConfirmStage
 from benchbay.tune.memory import MemoryModel
 from benchbay.tune.result import RESULT
-from benchbay.tune.space import THROUGHPUT, IntRange, Tune
 from benchbay.tune.trials import BATCH, Trial, distributions, importances, key_metrics, memory_errors, pareto, rest_of
-
-#: the key of a record's ``extra`` naming the trial it measured, and the trial a confirmation repeats
-TRIAL, CONFIRMS = "tune_trial", "tune_confirms"
 
 #: proposals in a row that run nothing (already measured, or refused) before the search says the
 #: sampler has nothing new to try
@@ -64,7 +61,7 @@ class TuneSummary:
     notes: list[str] = field(default_factory=list)
 
 
-class Tuner:
+class Tuner(ConfirmStage):
     """``trials`` and ``device_seconds`` override the suite's budgets; ``time_budget_s`` is this
     call's (a GPU call's limit): no trial starts that would not end within it."""
 
@@ -396,63 +393,6 @@ class Tuner:
             return None
         rate = best.record.metrics.get("samples_per_s_per_gpu")
         return self.tune.early_stop * rate if rate else None
-
-    # ---- confirmation --------------------------------------------------------------------------
-    def candidates(self) -> list[Trial]:
-        """The best distinct feasible trials that ran every step, best first."""
-        sign = 1 if self.tune.objective.direction == "maximize" else -1
-        whole = sorted((t for t in self.trials if t.feasible and not t.stopped_early), key=lambda t: -sign * t.value)
-        return whole[: self.tune.confirm.top]
-
-    def _confirm(self, stored: list[Record], summary: TuneSummary) -> None:
-        have = {(r.point_id, r.repeat) for r in [*stored, *self.confirm_records]}
-        for trial in self.candidates():
-            for repeat in range(1, self.tune.confirm.repeats + 1):
-                if (trial.record.point_id, repeat) in have:
-                    continue
-                need = trial.record.duration_s or 0.0
-                over = self.tune.device_seconds is not None and self.device_seconds() + need > self.tune.device_seconds
-                if over:
-                    self._say(f"the device budget has no room to confirm trial {trial.number} again: it stays "
-                              "unconfirmed")
-                    return
-                if self._out_of_time(need):
-                    summary.out_of_time = True
-                    self._say(f"this call's time budget has no room to confirm trial {trial.number}; continue with "
-                              f"--resume {self.run.name}")
-                    return
-                point = self.point(trial.params, trial.number)
-                record = self.runner.measure(point, repeat, extra={TRIAL: trial.number, CONFIRMS: trial.number})
-                self.confirm_records.append(record)
-                self._say(f"confirm trial {trial.number} ({repeat}/{self.tune.confirm.repeats}): {describe(record)}")
-
-    def confirmed(self) -> list[dict[str, Any]]:
-        """Each candidate over all its processes (the trial and its repeats): every value, their mean
-        and its interval (processes resampled), whether every run met the constraints, and whether it
-        is tied with the winner (its ratio's interval holds 1)."""
-        rows = []
-        for trial in self.candidates():
-            runs = [trial.record, *(r for r in self.confirm_records if r.extra.get(CONFIRMS) == trial.number)]
-            judged = [self.judge(r) for r in runs]
-            values = [v for v, violation, _ in judged if v is not None]
-            low, high = mean_interval(values) if len(values) > 1 else (None, None)
-            rows.append({"trial": trial.number, "knobs": trial.params, "runs": len(runs), "values": values,
-                         "mean": statistics.fmean(values) if values else None, "low": low, "high": high,
-                         "feasible_in_all": all(v is not None and violation == 0 for v, violation, _ in judged),
-                         "why": "; ".join(w for _, _, w in judged if w) or None})
-        good = [r for r in rows if r["feasible_in_all"] and r["mean"] is not None]
-        if not good:
-            return rows
-        sign = 1 if self.tune.objective.direction == "maximize" else -1
-        winner = max(good, key=lambda r: sign * r["mean"])
-        for row in rows:
-            row["winner"] = row is winner
-            if row is not winner and row in good and len(row["values"]) > 1 and len(winner["values"]) > 1:
-                ratio = bootstrap_ratio([[v] for v in winner["values"]], [[v] for v in row["values"]],
-                                        statistic="mean")
-                row["ratio"], row["ratio_low"], row["ratio_high"] = ratio.ratio, ratio.low, ratio.high
-                row["tie"] = not ratio.excludes_one
-        return rows
 
     # ---- what the tune leaves ------------------------------------------------------------------
     def result(self, summary: TuneSummary) -> dict[str, Any]:

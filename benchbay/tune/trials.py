@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchbay.record import Record, Status
+from benchbay.suite.tune import IntRange, Tune
 from benchbay.tune.memory import MemoryModel
-from benchbay.tune.space import IntRange, Tune
 
 #: the knob whose memory grows with its value (the memory line's x)
 BATCH = "mbs"

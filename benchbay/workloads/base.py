@@ -1,8 +1,9 @@
 """The protocol a training step implements to be measured by benchbay.
 
 A workload builds its model for one sweep point, makes synthetic batches, and computes the loss.
-The harness owns everything else (precision, recompute, compile, CUDA graphs, sharding, the
-optimizer step, timing), so a knob is implemented once, in ``benchbay.knobs``, for every workload.
+The harness (``benchbay.launch.harness``) owns everything else (precision, recompute, compile, CUDA
+graphs, sharding, the optimizer step, timing), so a knob is implemented once, in ``benchbay.knobs``,
+for every workload: a workload is a spec.
 
 Minimal user workload (``workload: mypkg.bench:MyStep`` in a suite)::
 
@@ -19,10 +20,6 @@ Minimal user workload (``workload: mypkg.bench:MyStep`` in a suite)::
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from benchbay.knobs import GENERIC, defaults_for
@@ -34,20 +31,6 @@ if TYPE_CHECKING:  # a workload's declaration (name, knobs, params, regions) is 
 
     from benchbay.knobs import Choice
     from benchbay.workloads.feed import VideoFeed
-
-
-@dataclass
-class StepOutput:
-    """What one measured step leaves: its loss (or loss-like value) and gradient norm, if any."""
-
-    loss: torch.Tensor | None = None
-    grad_norm: torch.Tensor | None = None
-    data_s: float | None = None  # host time the step spent getting its batch (waiting for the loader)
-    loader_s: float | None = None  # what its batch cost the loader's workers, per worker (workloads.feed)
-
-
-#: a prepared step: step index -> its output
-Step = Callable[[int], StepOutput]
 
 
 class Workload:
@@ -114,26 +97,6 @@ class Workload:
         steps compile, and measured, they would pass for a loader that keeps up."""
         return 0
 
-    # --- what the harness calls (each kind of workload says how it is run) ----------------------
-    def start_measuring(self) -> None:
-        """Called before the first measured step."""
-
-    def harness_figures(self) -> dict[str, dict[str, Any]]:
-        """The harness's own figures of the measured steps: {"metrics": {...}, "extra": {...}}."""
-        return {}
-
-    def harness_skip_reason(self, world_size: int) -> str | None:
-        """Why the harness cannot run this point here, beyond ``skip_reason`` (None if it can)."""
-        return None
-
-    def process_settings(self) -> contextlib.AbstractContextManager:
-        """Settings of the whole process the point runs under, from its build to its last step."""
-        return contextlib.nullcontext()
-
-    def prepare(self) -> Step:
-        """Everything before the first step (build, knobs, files); returns the step to time."""
-        raise NotImplementedError
-
 
 class StepWorkload(Workload):
     """A workload whose step is not a training step (e.g. decoding one sample): the harness only
@@ -145,17 +108,6 @@ class StepWorkload(Workload):
     def step(self, index: int) -> float | None:
         """One timed step; may return a loss-like value to record."""
         raise NotImplementedError
-
-    def prepare(self) -> Step:
-        import torch
-
-        self.setup()
-
-        def one(index: int) -> StepOutput:
-            value = self.step(index)
-            return StepOutput(None if value is None else torch.as_tensor(value, dtype=torch.float32))
-
-        return one
 
 
 class TrainingWorkload(Workload):
@@ -194,39 +146,5 @@ class TrainingWorkload(Workload):
 
         return torch.optim.AdamW(params, lr=1e-5)
 
-    # --- the harness's side -------------------------------------------------------------------
     def batches_ahead(self) -> int:
         return self.feed.backlog if self.feed else 0
-
-    def start_measuring(self) -> None:
-        self._train_step.fidelity.start_window()
-
-    def harness_figures(self) -> dict[str, dict[str, Any]]:
-        return self._train_step.fidelity.summary()
-
-    def harness_skip_reason(self, world_size: int) -> str | None:
-        from benchbay.knobs import training  # the knobs apply to training workloads: imported lazily
-
-        return training.skip_reason(self, self.knob_values, self.device, world_size)
-
-    def process_settings(self) -> contextlib.AbstractContextManager:
-        from benchbay.knobs import training
-
-        return training.process_settings(self.knob_values)
-
-    def prepare(self) -> Step:
-        from torch.profiler import record_function
-
-        from benchbay.knobs import training
-
-        train_step = self._train_step = training.prepare(self, self.knob_values, self.device)
-
-        def one(index: int) -> StepOutput:
-            started = time.perf_counter()
-            with record_function("data"):
-                batch = self.batch(index)
-            data_s = time.perf_counter() - started
-            loss, grad_norm, _ = train_step(batch)
-            return StepOutput(loss, grad_norm, data_s, self.feed.last_loader_s if self.feed else None)
-
-        return one

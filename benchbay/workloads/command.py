@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from benchbay.knobs import Choice
-from benchbay.workloads.base import StepOutput, Workload
+from benchbay.workloads.base import Workload
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
 #: a placeholder is a plain name: ``str.format``'s attribute and index access would run on a suite's text
@@ -93,12 +93,10 @@ class Command(Workload):
             return self.mbs * int(os.environ.get("WORLD_SIZE", "1"))
         return int(self.fill(str(given)))
 
-    # ---- running it ----------------------------------------------------------------------------
-    def process_settings(self) -> contextlib.AbstractContextManager:
-        return self._stopped_after()
-
+    # ---- running it (benchbay.launch.harness.CommandHarness) ------------------------------------
     @contextlib.contextmanager
-    def _stopped_after(self) -> Iterator[None]:
+    def running(self) -> Iterator[None]:
+        """For as long as the point runs: stopped, and its scratch folder removed, when it ends."""
         try:
             yield
         finally:
@@ -106,7 +104,8 @@ class Command(Workload):
             if self.scratch is not None:
                 self.scratch.cleanup()
 
-    def prepare(self):
+    def start(self) -> None:
+        """Start the command in a process group of its own, the probe first on its PYTHONPATH."""
         self.scratch = tempfile.TemporaryDirectory(prefix="benchbay-command-")  # removed once it is stopped
         self.out, self.log = Path(self.scratch.name) / "probe", Path(self.scratch.name) / "command.log"
         env = {**os.environ, **{k: self.fill(str(v)) for k, v in (self.params["env"] or {}).items()},
@@ -122,13 +121,8 @@ class Command(Workload):
             except OSError as exc:  # not found, not executable: the point's error says which
                 raise CommandFailed(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
 
-        def step(index: int) -> StepOutput:
-            self._wait_for(index + 1)
-            return StepOutput()
-
-        return step
-
-    def _wait_for(self, steps: int) -> None:
+    def wait_for(self, steps: int) -> None:
+        """Until the command has made ``steps`` steps; raises (``_ended``) if it ends before."""
         while len(self.steps_seen()) < steps:
             if self.proc.poll() is not None:
                 if len(self.steps_seen()) >= steps:  # written as it exited

@@ -25,7 +25,9 @@ from typing import Any
 
 import torch
 
-from benchbay.decode.backends import BACKENDS, DecodeError, Settings, TorchCodec, backend, nvdec_codec_reason
+from benchbay.decode.backends import BACKENDS, DecodeError, Settings, backend
+from benchbay.decode.backends.ffmpeg import TorchCodec
+from benchbay.decode.backends.nvidia import nvdec_codec_reason
 from benchbay.decode.clips import PRESETS, ClipSpec, cached_dataset, source_frame
 from benchbay.decode.folder import open_videos
 from benchbay.decode.loader import DecodeDataset, Foreground, make_loader, next_batch

@@ -3,7 +3,7 @@ a LeRobot-layout dataset (or a plain folder of video files) whose workers decode
 with the chosen backend (the decode package's own dataset and decoders) and turn them into what the
 model's real loader hands over (``SamplePipeline``: DreamZero's tiled DROID canvas, Wall-X's Qwen2.5-VL image patches).
 
-The step then waits for the batch like a real step does: ``TrainingWorkload.prepare`` times that
+The step then waits for the batch like a real step does: the harness (``launch.harness.TrainingHarness``) times that
 wait (``data_wait_s``), the system sampler the workers' CPU. The workers are asked for
 ``num_workers x prefetch_factor`` batches ahead (``backlog``), which they make while the first step
 compiles: the harness warms up over that many more steps (``Workload.batches_ahead``), so that
@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from benchbay.decode.backends import BACKENDS, Settings
-from benchbay.decode.clips import PRESETS, VideoDataset, cached_dataset
+from benchbay.decode.clips import PRESETS, cached_dataset
+from benchbay.decode.dataset import VideoDataset
 from benchbay.decode.folder import open_videos
 from benchbay.decode.loader import DecodeDataset, make_loader, next_batch
 from benchbay.decode.patterns import Pattern

@@ -1,5 +1,5 @@
 """Suite files: YAML read (YAML 1.2 booleans, aliases bounded), ``--set`` overrides applied, then
-checked into a typed Suite (benchbay.suite_check; the types are benchbay.suite_model)."""
+checked into a typed Suite (benchbay.suite.check; the types are benchbay.suite.model)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 
 from benchbay.store import SAFE_NAME
-from benchbay.suite_check import from_dict
-from benchbay.suite_model import (
+from benchbay.suite.check import from_dict
+from benchbay.suite.model import (
     MIN_BUDGETED_STEPS,
     Devices,
     Point,

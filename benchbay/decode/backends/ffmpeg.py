@@ -1,13 +1,5 @@
-"""Video decoders behind one interface: ``Backend(settings).open(path) -> Handle``,
-``Handle.get_frames(indices) -> uint8 tensor (N, H, W, 3)``.
-
-Each backend is driven two ways (``mode``):
-- ``loader``: as the real training loaders drive it (RLinf: torchcodec, approximate seek, one
-  FFmpeg thread; DreamZero: decord ``get_batch``; Wall-X through LeRobotDataset: PyAV, seeking to
-  the keyframe before the first timestamp and converting every frame up to the last one).
-- ``best``: the fastest way this library offers for the same request, as measured (docs/decoders.md): one
-  decoder thread for each library (a file opened per sample and decoded over a short span pays for
-  threads more than they return), and for PyAV frames found through the container's index.
+"""The backends over FFmpeg's libraries: torchcodec (on the CPU or cuda), LeRobot's path over it,
+decord and decord2, and PyAV.
 
 ``lerobot`` is not a library but LeRobot's own decoding path (lerobot's datasets/video_utils.py)
 over torchcodec: its decoder cache, approximate seeking, ``get_frames_at`` and the timestamp check,
@@ -28,182 +20,31 @@ Upstream:
   huggingface/lerobot@d0af05771fd4:src/lerobot/datasets/lerobot_dataset.py.
   The tolerance check here rejects an offset equal to ``tolerance_s``, as lerobot did at this commit
   (its comparison became ``<=`` in e081bbdebe77).
-
-Libraries are imported in ``open`` only: a point runs one backend in its own process, and some
-combinations crash when loaded together (decord2's FFmpeg before torchcodec's, on AV1).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
-from abc import ABC, abstractmethod
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from benchbay.decode.backends.base import (
+    MODES,
+    Backend,
+    BackendUnavailable,
+    DecodeError,
+    DecoderHandle,
+    Handle,
+    Settings,
+)
+
 if TYPE_CHECKING:  # torch is imported where frames are decoded: the decode workload is declared without it
     import torch
-
-MODES = ("loader", "best")
-
-
-class BackendUnavailable(RuntimeError):
-    """The backend cannot run here: not installed, or not on the requested device."""
-
-
-class DecodeError(RuntimeError):
-    """A backend could not open or decode a file; the message names the backend, file and cause."""
-
-    def __init__(self, backend: str, path: Path | str, reason: str):
-        self.backend, self.path, self.reason = backend, Path(path), reason
-        super().__init__(f"{backend} cannot decode {path}: {reason}")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How to drive a backend. ``threads`` None = what the mode prescribes, 0 = the library's
-    automatic choice; ``seek_mode`` None = what the mode prescribes (each backend's own values,
-    ``Backend.seek_modes``); ``keep_open``: one decoder per file reused across samples, else a
-    decoder opened per sample (as the real loaders do); ``decoder_cache`` None = the backend's own
-    cache of open decoders (LeRobot's: 100), 0 = none, a decoder per view (every view a miss)."""
-
-    mode: str = "loader"
-    threads: int | None = None
-    device: str = "cpu"
-    seek_mode: str | None = None
-    keep_open: bool = False
-    decoder_cache: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-
-
-class Handle(ABC):
-    """One open video. ``get_frames`` returns frames in the order asked (repeats allowed)."""
-
-    def __init__(self, backend: str, path: Path):
-        self.backend, self.path = backend, path
-
-    @property
-    @abstractmethod
-    def num_frames(self) -> int: ...
-
-    def get_frames(self, indices: Sequence[int]) -> torch.Tensor:
-        bad = [i for i in indices if not 0 <= i < self.num_frames]
-        if bad:
-            raise IndexError(f"{self.path}: frame indices {bad} outside [0, {self.num_frames})")
-        try:
-            return self._get_frames(list(indices))
-        except DecodeError:
-            raise
-        except Exception as exc:  # each library raises its own types; name the file for all
-            raise DecodeError(self.backend, self.path, f"{type(exc).__name__}: {exc}") from exc
-
-    @abstractmethod
-    def _get_frames(self, indices: list[int]) -> torch.Tensor: ...
-
-    def fallback(self) -> str | None:
-        """The library's own word on whether its GPU decoder handed this file to the CPU (None: it
-        has none to give)."""
-        return None
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release the file and the decoder now, not whenever garbage collection gets to them."""
-
-
-class Backend(ABC):
-    name: ClassVar[str]
-    #: pip distribution and import name (decord and decord2 both install the module ``decord``)
-    distribution: ClassVar[str]
-    module: ClassVar[str]
-    devices: ClassVar[tuple[str, ...]] = ("cpu",)
-    #: effective options per mode; ``Settings`` fields that are set override them
-    mode_options: ClassVar[dict[str, dict[str, Any]]]
-    #: the ``seek_mode`` values this backend understands (none: it has one way to find frames)
-    seek_modes: ClassVar[tuple[str, ...]] = ()
-
-    def __init__(self, settings: Settings = Settings()):
-        self.settings = settings
-        self.options = dict(self.mode_options[settings.mode])
-        if settings.threads is not None:
-            self.options["threads"] = settings.threads
-        if settings.seek_mode is not None:
-            reason = self.seek_mode_reason(settings)
-            if reason:
-                raise ValueError(reason)
-            self.options["seek_mode"] = settings.seek_mode
-        if settings.decoder_cache is not None:
-            reason = self.decoder_cache_reason(settings)
-            if reason:
-                raise ValueError(reason)
-            self.options["decoder_cache"] = settings.decoder_cache
-
-    @classmethod
-    def decoder_cache_reason(cls, settings: Settings) -> str | None:
-        """Why ``settings.decoder_cache`` does not apply to this backend (None if it does)."""
-        if settings.decoder_cache is None or "decoder_cache" in cls.mode_options[settings.mode]:
-            return None
-        return (f"decoder_cache applies to backends with a cache of their own (lerobot), not {cls.name}: "
-                "keep_open reuses its decoders")
-
-    @classmethod
-    def seek_mode_reason(cls, settings: Settings) -> str | None:
-        """Why ``settings.seek_mode`` does not apply to this backend (None if it does)."""
-        if settings.seek_mode is None or settings.seek_mode in cls.seek_modes:
-            return None
-        known = f"one of {', '.join(cls.seek_modes)}" if cls.seek_modes else "none: it has one way to find frames"
-        return f"seek_mode {settings.seek_mode!r} does not apply to {cls.name} ({known})"
-
-    @classmethod
-    def unavailable_reason(cls, device: str = "cpu") -> str | None:
-        """Why this backend cannot run here, found without importing it (None if it can)."""
-        import torch
-
-        try:
-            dist = importlib.metadata.distribution(cls.distribution)
-        except importlib.metadata.PackageNotFoundError:
-            return f"backend {cls.name} not installed (pip install {cls.distribution})"
-        spec = importlib.util.find_spec(cls.module)
-        if spec is None or spec.origin is None:
-            return f"backend {cls.name} not installed (no module {cls.module!r})"
-        package_init = dist.locate_file(f"{cls.module.replace('.', '/')}/__init__.py")
-        if Path(spec.origin).resolve() != Path(package_init).resolve():
-            return (f"backend {cls.name}: the module {cls.module!r} imported here ({spec.origin}) is not "
-                    f"{cls.distribution}'s (another distribution installs the same module)")
-        if device not in cls.devices:
-            return f"backend {cls.name} decodes on {'/'.join(cls.devices)} only, not {device}"
-        if device == "cuda" and not torch.cuda.is_available():
-            return "device cuda: no CUDA device here"
-        return None
-
-    def describe(self) -> dict[str, Any]:
-        """The effective settings, for the record."""
-        return {"backend": self.name, "mode": self.settings.mode, "device": self.settings.device,
-                "keep_open": self.settings.keep_open, **self.options}
-
-    def open(self, path: Path | str) -> Handle:
-        path = Path(path)
-        if not path.is_file():
-            raise DecodeError(self.name, path, "no such file")
-        try:
-            return self._open(path)
-        except (DecodeError, BackendUnavailable):
-            raise
-        except ImportError as exc:
-            raise BackendUnavailable(f"backend {self.name} not installed: {exc}") from exc
-        except Exception as exc:
-            raise DecodeError(self.name, path, f"{type(exc).__name__}: {exc}") from exc
-
-    @abstractmethod
-    def _open(self, path: Path) -> Handle: ...
 
 
 # ---- torchcodec ---------------------------------------------------------------------------------
@@ -256,22 +97,7 @@ class LeRobot(TorchCodec):
         return _LeRobotHandle(self.name, path, handle.decoder, self.options["tolerance_s"])
 
 
-class _DecoderHandle(Handle):
-    """A handle over a library decoder object whose ``len`` is its frame count."""
-
-    def __init__(self, backend: str, path: Path, decoder: Any):
-        super().__init__(backend, path)
-        self.decoder = decoder
-
-    @property
-    def num_frames(self) -> int:
-        return len(self.decoder)
-
-    def close(self) -> None:
-        self.decoder = None
-
-
-class _TorchCodecHandle(_DecoderHandle):
+class _TorchCodecHandle(DecoderHandle):
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
         return self.decoder.get_frames_at(indices).data
 
@@ -524,137 +350,3 @@ class _IndexedPyAVHandle(_PyAVHandle):
             else:
                 raise DecodeError(self.backend, self.path, f"the stream ended before frame {target}")
         return torch.from_numpy(np.stack([decoded[i] for i in indices]))
-
-
-# ---- PyNvVideoCodec -----------------------------------------------------------------------------
-
-class PyNvVideoCodec(Backend):
-    """NVIDIA's PyNvVideoCodec (2.x): its ``SimpleDecoder`` (random access through the container's
-    index) decoding on NVDEC to RGB in device memory. One way to drive it, so both modes are the
-    same. No CPU fallback: a codec the GPU's NVDEC lacks fails (see ``nvdec_codec_reason``)."""
-
-    name = "pynvvideocodec"
-    distribution = module = "PyNvVideoCodec"
-    devices = ("cuda",)
-    mode_options = {mode: {"output_color_type": "RGB"} for mode in MODES}
-
-    def _open(self, path: Path) -> Handle:
-        import PyNvVideoCodec as nvc
-        import torch
-
-        decoder = nvc.SimpleDecoder(str(path), gpu_id=torch.cuda.current_device(), use_device_memory=True,
-                                    output_color_type=nvc.OutputColorType.RGB)
-        return _NvcHandle(self.name, path, decoder)
-
-
-class _NvcHandle(_DecoderHandle):
-    def _get_frames(self, indices: list[int]) -> torch.Tensor:
-        import torch
-
-        unique = sorted(set(indices))  # ascending and once each: what a forward decode serves
-        frames = dict(zip(unique, self.decoder.get_batch_frames_by_index(unique), strict=True))
-        return torch.stack([torch.from_dlpack(frames[i]) for i in indices])
-
-
-# ---- DALI -----------------------------------------------------------------------------------------
-
-class Dali(Backend):
-    """NVIDIA DALI's ``fn.decoders.video`` on its mixed backend (FFmpeg demuxes on the CPU, NVDEC
-    decodes): one pipeline per process, fed each request's file bytes and the frame indices it
-    wants (its ``frames`` argument). DALI reads a file per request, so open only reads the frame
-    count from the container header (PyAV); that read is part of its figures, and on v3.0 files of
-    many episodes (lerobot writes up to 500 MB a file) it is the whole file for a few frames. Run on
-    an H200 with DALI 2.4 (the pipeline's settings below); its colour conversion differs from
-    FFmpeg's by 4.9 levels of 255 on average (tests/test_lerobot_v3.py's clips)."""
-
-    name = "dali"
-    distribution = "nvidia-dali-cuda130"
-    module = "nvidia.dali"
-    devices = ("cuda",)
-    mode_options = {mode: {"dali_device": "mixed"} for mode in MODES}
-
-    def __init__(self, settings: Settings = Settings()):
-        super().__init__(settings)
-        self._pipeline: Any = None  # built at the first open, in the process that decodes
-
-    def _open(self, path: Path) -> Handle:
-        import av
-        import torch
-
-        if self._pipeline is None:
-            self._pipeline = _dali_pipeline(torch.cuda.current_device())
-        with av.open(str(path)) as container:
-            frames = container.streams.video[0].frames
-        return _DaliHandle(self.name, path, self._pipeline, frames)
-
-
-def _dali_pipeline(device_id: int) -> Any:
-    from nvidia.dali import fn, pipeline_def, types
-
-    # one request in, its frames out: DALI's default prefetch (2 iterations, pipelined, async) makes
-    # run() want a second fed request and then return each request's frames one call late (seen on
-    # the H200 with DALI 2.4: "Attempted to peek the data batch that doesn't exist", then the frames
-    # of the previous file and indices)
-    @pipeline_def(batch_size=1, num_threads=1, device_id=device_id, prefetch_queue_depth=1,
-                  exec_async=False, exec_pipelined=False)
-    def decode() -> Any:
-        encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
-        frames = fn.external_source(name="frames", dtype=types.INT32, ndim=1)
-        return fn.decoders.video(encoded, device="mixed", frames=frames)
-
-    pipeline = decode()
-    pipeline.build()
-    return pipeline
-
-
-class _DaliHandle(Handle):
-    def __init__(self, backend: str, path: Path, pipeline: Any, frames: int):
-        super().__init__(backend, path)
-        self.pipeline, self.frames = pipeline, frames
-
-    @property
-    def num_frames(self) -> int:
-        return self.frames
-
-    def _get_frames(self, indices: list[int]) -> torch.Tensor:
-        import torch
-        from nvidia.dali.plugin.pytorch import feed_ndarray
-
-        unique = sorted(set(indices))
-        self.pipeline.feed_input("encoded", [np.fromfile(self.path, dtype=np.uint8)])
-        self.pipeline.feed_input("frames", [np.asarray(unique, dtype=np.int32)])
-        (video,) = self.pipeline.run()
-        decoded = video.as_tensor()  # (1, F, H, W, 3) on the GPU
-        out = torch.empty(decoded.shape(), dtype=torch.uint8, device="cuda")
-        feed_ndarray(decoded, out, cuda_stream=torch.cuda.current_stream())
-        position = {index: i for i, index in enumerate(unique)}
-        return out[0][[position[i] for i in indices]]
-
-    def close(self) -> None:
-        self.pipeline = None  # the backend's, shared by its handles
-
-
-def nvdec_codec_reason(codec: str) -> str | None:
-    """Why this machine's GPU cannot decode ``codec`` on NVDEC (None if it can, or there is no GPU
-    to ask). AV1: NVIDIA's Video Codec SDK lists no AV1 decoder before GA10x, on GA100 or on Hopper."""
-    import torch
-
-    if codec != "av1" or not torch.cuda.is_available():
-        return None
-    capability = torch.cuda.get_device_capability()
-    if capability < (8, 6) or capability == (9, 0):
-        name = torch.cuda.get_device_name()
-        return f"{name} (compute capability {capability[0]}.{capability[1]}) has no AV1 decoder on NVDEC"
-    return None
-
-
-BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (TorchCodec, Decord, Decord2, PyAV, LeRobot,
-                                                                 PyNvVideoCodec, Dali)}
-
-
-def backend(name: str, settings: Settings = Settings()) -> Backend:
-    try:
-        cls = BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown decode backend {name!r}; known: {sorted(BACKENDS)}") from None
-    return cls(settings)

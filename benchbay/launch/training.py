@@ -16,10 +16,11 @@ from torch import nn
 from torch.profiler import record_function
 
 from benchbay.collect.compute_fidelity import ComputeFidelity, Reference
-from benchbay.collect.fidelity import Fidelity, UpdateFidelity, hyper_of
+from benchbay.collect.fidelity import Fidelity, UpdateFidelity
 from benchbay.knobs import compile as compile_knob
 from benchbay.knobs import float8, precision, recompute, rules, sharding
 from benchbay.knobs import optimizer as optimizer_knob
+from benchbay.knobs.adam import hyper_of
 from benchbay.knobs.offload import CPUOffloadedOptimizer
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round

@@ -9,7 +9,8 @@ from typing import Any
 
 from benchbay import knobs as knob_table
 from benchbay.store import BASELINES_DIR, SAFE_NAME
-from benchbay.suite_model import (
+from benchbay.suite import tune as tune_space
+from benchbay.suite.model import (
     DEVICE_KEYS,
     PATH_PARAMS,
     Devices,
@@ -23,7 +24,6 @@ from benchbay.suite_model import (
     per_card,
     per_device,
 )
-from benchbay.tune import space as tune_space
 from benchbay.workloads import registry
 from benchbay.workloads.base import Workload
 
@@ -219,7 +219,7 @@ class Validator:
 
     def device_values(self, value: dict, where: str) -> bool:
         """A per-device param's entries: a value each; CUDA's may be one per card memory class
-        ({24: small, 141: real}, GB: ``suite_model.by_card_memory``). Whether they are well formed."""
+        ({24: small, 141: real}, GB: ``suite.model.by_card_memory``). Whether they are well formed."""
         ok = True
         for device, one in value.items():
             if not isinstance(one, dict):

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from benchbay import knobs as knob_table
 from benchbay.store import point_id, read_manifest
-from benchbay.tune.space import Tune
+from benchbay.suite.tune import Tune
 from benchbay.workloads import registry
 
 

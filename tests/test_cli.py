@@ -58,6 +58,7 @@ sweep: {{grid: {{mbs: [1, 2, 3]}}, exclude: [{{mbs: 3}}]}}
     assert all(word in listing for word in GENERIC["precision"].help.split())
 
 
+@pytest.mark.slow
 def test_run_then_show(tmp_path, in_repo, cli_env):
     suite = write_suite(tmp_path / "s.yaml", f"""
 name: clishow
@@ -173,6 +174,7 @@ def test_the_peak_flops_override_reaches_the_report(tmp_path, monkeypatch):
     assert "NVIDIA H200: 500 TFLOP/s (override)" in (tmp_path / "rep" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_run_of_one_point_adds_to_the_suites_report(tmp_path, in_repo, capsys):
     suite = write_suite(tmp_path / "s.yaml", f"""
 name: clipart

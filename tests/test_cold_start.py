@@ -5,6 +5,7 @@ other one reversed), and the breakdown never credits a lever with the order it r
 import io
 import json
 
+import pytest
 from rich.console import Console
 
 from benchbay import store
@@ -45,6 +46,7 @@ def _change(run) -> tuple[float, str]:
     return row["step_change"], row["verdict"]
 
 
+@pytest.mark.slow
 def test_the_warm_up_process_takes_the_cold_start_and_the_breakdown_credits_no_lever(tmp_path, in_repo):
     console = _console()
     summary = SuiteRunner(_suite(tmp_path, LEVER), tmp_path / "results", console=console).run_all()

@@ -12,6 +12,7 @@ from tests.conftest import write_suite
 pytest.importorskip("accelerate")  # what Trainer needs besides transformers (the dev extra installs it)
 
 
+@pytest.mark.slow
 def test_a_trainer_scripts_steps_are_seen_through_accelerates_optimizer(tmp_path, in_repo):
     path = write_suite(tmp_path / "trainer.yaml", """\
 name: trainer

@@ -69,6 +69,7 @@ def assert_trains_like_one_process(record: dict, reference: tuple[list[float], l
     np.testing.assert_allclose(record["series"]["grad_norms"], norms, rtol=rtol)
 
 
+@pytest.mark.slow
 def test_two_ranks_train_like_one_process_under_each_strategy(tmp_path, in_repo, monkeypatch):
     records = run_suite(tmp_path, monkeypatch, "tiny-2proc", f"""
 workload: {{name: "{TINY}"}}
@@ -93,6 +94,7 @@ devices: {{type: cpu, nproc: 2}}
     assert list(table["configuration"]) == list(STRATEGIES) and set(table["world_size"]) == {2}
 
 
+@pytest.mark.slow
 def test_a_failing_rank_is_the_points_status_and_leaves_no_process(tmp_path, in_repo, monkeypatch):
     records = run_suite(tmp_path, monkeypatch, "tiny-2proc-faults", f"""
 workload: {{name: "{TINY}"}}
@@ -130,6 +132,7 @@ devices: {{type: cpu, nproc: 1, torchrun: true}}
                                    rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_hanging_rank_times_out_and_leaves_no_process(tmp_path, in_repo, monkeypatch):
     records = run_suite(tmp_path, monkeypatch, "tiny-hang", f"""
 workload: {{name: "{TINY}"}}
@@ -147,6 +150,7 @@ devices: {{type: cpu, nproc: 2}}
     assert not _running_under(tmp_path)
 
 
+@pytest.mark.slow
 def test_hybrid_sharding_on_four_ranks_trains_like_one_process(tmp_path, in_repo, monkeypatch):
     records = run_suite(tmp_path, monkeypatch, "tiny-4proc", f"""
 workload: {{name: "{TINY}"}}
@@ -323,6 +327,7 @@ def test_scaling_configurations_of_the_same_label_are_told_apart():
     assert list(table["efficiency"]) == pytest.approx([1.0, 0.95, 1.0, 0.95])
 
 
+@pytest.mark.slow
 def test_two_nodes_of_one_process_train_like_one_node_of_two(tmp_path, in_repo, cli_env, monkeypatch):
     """The multi-node path on one host: two `benchbay run` commands, one per node (nnodes 2, a local
     rendezvous), give what one node of two processes gives: the same losses and gradient norms,

@@ -185,6 +185,7 @@ def _one_loss(workload: DreamZero) -> tuple[torch.Tensor, object]:
     return loss.detach(), parts
 
 
+@pytest.mark.slow
 def test_every_workload_knob_value_runs_or_says_why():
     reference, _ = _one_loss(make())
     for knob, choice in DreamZero.knobs.items():

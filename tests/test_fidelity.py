@@ -302,7 +302,7 @@ def test_a_reference_that_does_not_fit_is_skipped_with_the_reason(monkeypatch):
 
 @pytest.mark.parametrize("name, params, knobs", [
     ("wallx", {"preset": "wallx-tiny"}, {"attention": "sdpa", "vision_attention": "sdpa"}),  # draws in its forward
-    ("dreamzero", {"preset": "dreamzero-tiny"}, {"attention": "sdpa"}),
+    pytest.param("dreamzero", {"preset": "dreamzero-tiny"}, {"attention": "sdpa"}, marks=pytest.mark.slow),
 ])
 def test_workloads_are_faithful_to_themselves_and_train_as_if_it_never_ran(name, params, knobs):
     cls = registry.resolve(name)

@@ -114,6 +114,7 @@ timeout: 120
     assert by_label["healthy"]["metrics"]["step_time_s"] > 0
 
 
+@pytest.mark.slow
 def test_a_hang_times_out_and_names_its_phase_and_where_it_stood(tmp_path, in_repo):
     # a hang costs its whole timeout: a short one, yet long enough for a busy host's imports
     path = write_suite(tmp_path / "hang.yaml", f"""
@@ -159,6 +160,7 @@ def _default_sigint() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env, in_process, sig):
     suite = _slow_suite(tmp_path)

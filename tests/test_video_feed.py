@@ -127,6 +127,7 @@ def test_video_knobs_act_or_refuse():
     assert "cpu only" in nvdec.skip_reason()
 
 
+@pytest.mark.slow
 def test_a_video_suite_records_the_wait_and_the_loader_cpu(tmp_path, in_repo, in_process):
     path = write_suite(tmp_path / "video.yaml", """
 name: video-tiny

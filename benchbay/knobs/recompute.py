@@ -18,9 +18,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-import torch
 import torch._higher_order_ops as higher_order_ops
-import torch.nn.attention.varlen  # noqa: F401  (registers torch.ops.torch_attn before the list names it)
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
@@ -29,17 +27,29 @@ from benchbay.knobs.replace import replace_blocks
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
     from benchbay.knobs.parts import ModelParts
 
-_ATTENTION = {torch.ops.aten._scaled_dot_product_efficient_attention.default,
-              torch.ops.aten._scaled_dot_product_flash_attention.default,
-              torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-              torch.ops.aten._scaled_dot_product_attention_math.default,
-              torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
-              torch.ops.torch_attn._varlen_attn.default,
-              higher_order_ops.flex_attention}
-_SAVE = _ATTENTION | {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                      torch.ops.aten._scaled_mm.default}  # float8's matmuls (benchbay.knobs.float8)
-# compiled regions run as one higher-order op where this torch has it (2.10+)
-_SAVE |= {op for op in [getattr(higher_order_ops, "inductor_compiled_code", None)] if op is not None}
+# filled on the first recompute that needs them (_fill_policy_sets): naming varlen attention's op
+# imports torch.nn.attention.varlen, which imports dynamo, ~2 s of every point process's start
+_ATTENTION: set = set()
+_SAVE: set = set()
+
+
+def _fill_policy_sets() -> None:
+    """The ops the policies save, in the module-level sets they read (filled in place)."""
+    if _ATTENTION:
+        return
+    import torch.nn.attention.varlen  # noqa: F401  (registers torch.ops.torch_attn before the set names it)
+
+    _ATTENTION.update({torch.ops.aten._scaled_dot_product_efficient_attention.default,
+                       torch.ops.aten._scaled_dot_product_flash_attention.default,
+                       torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+                       torch.ops.aten._scaled_dot_product_attention_math.default,
+                       torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+                       torch.ops.torch_attn._varlen_attn.default,
+                       higher_order_ops.flex_attention})
+    _SAVE.update(_ATTENTION, {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+                              torch.ops.aten._scaled_mm.default})  # float8's matmuls (benchbay.knobs.float8)
+    # compiled regions run as one higher-order op where this torch has it (2.10+)
+    _SAVE.update(op for op in [getattr(higher_order_ops, "inductor_compiled_code", None)] if op is not None)
 
 
 # Module-level policies reading module-level sets: dynamo inlines them. A policy bound to its set
@@ -62,5 +72,6 @@ def apply(parts: ModelParts, mode: str, reentrant: bool = False) -> None:
         return
     kwargs = {"checkpoint_impl": CheckpointImpl.REENTRANT if reentrant else CheckpointImpl.NO_REENTRANT}
     if mode in POLICIES:
+        _fill_policy_sets()
         kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, POLICIES[mode])
     replace_blocks(parts, lambda block: checkpoint_wrapper(block, **kwargs))

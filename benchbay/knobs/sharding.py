@@ -11,9 +11,6 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
-from torch.nn.parallel import DistributedDataParallel
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
     from benchbay.knobs.parts import ModelParts
@@ -24,6 +21,11 @@ def apply(parts: ModelParts, knobs: dict, device: torch.device) -> nn.Module:
     sharding = knobs["sharding"]
     if sharding == "none":
         return parts.model
+    # imported here: FSDP2 and DTensor take ~1 s of every point process's start, most points unsharded
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+    from torch.nn.parallel import DistributedDataParallel
+
     if sharding == "ddp":
         return DistributedDataParallel(
             parts.model,

@@ -76,28 +76,35 @@ class TrainStep:
 def process_settings(knobs: dict[str, Any]) -> Iterator[None]:
     """The knobs that are settings of the whole process, for as long as a point runs: its build and
     every step (dynamo recompiles, and kernels are picked, as the steps run). Restored after, so a
-    point run in another process than its own (a test's) leaves none behind."""
-    import torch._inductor.config as inductor
-
-    saved = (torch._dynamo.config.fail_on_recompile_limit_hit, torch.are_deterministic_algorithms_enabled(),
-             torch.is_deterministic_algorithms_warn_only_enabled(), torch.backends.cudnn.benchmark,
-             inductor.emulate_precision_casts)
-    if knobs["compile"] != "off":
-        # a silent fall-back to eager after too many recompiles would make a compiled point lie
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
+    point run in another process than its own (a test's) leaves none behind. Dynamo's and inductor's
+    settings only where the point compiles: importing them costs ~2 s of a point's start."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.benchmark)
     if knobs["deterministic"]:
         # strict: with warn_only, flash and cuDNN attention only warn and stay non-deterministic;
         # an op without a deterministic kernel then fails the point with a clear error instead
         torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = knobs["cudnn_benchmark"]
+    try:
+        with _compile_settings(knobs) if knobs["compile"] != "off" else contextlib.nullcontext():
+            yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        torch.backends.cudnn.benchmark = saved[2]
+
+
+@contextlib.contextmanager
+def _compile_settings(knobs: dict[str, Any]) -> Iterator[None]:
+    import torch._inductor.config as inductor
+
+    saved = torch._dynamo.config.fail_on_recompile_limit_hit, inductor.emulate_precision_casts
+    # a silent fall-back to eager after too many recompiles would make a compiled point lie
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
     inductor.emulate_precision_casts = knobs["emulate_precision_casts"]  # read as inductor generates code
     try:
         yield
     finally:
-        torch._dynamo.config.fail_on_recompile_limit_hit = saved[0]
-        torch.use_deterministic_algorithms(saved[1], warn_only=saved[2])
-        torch.backends.cudnn.benchmark = saved[3]
-        inductor.emulate_precision_casts = saved[4]
+        torch._dynamo.config.fail_on_recompile_limit_hit, inductor.emulate_precision_casts = saved
 
 
 def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.device) -> TrainStep:

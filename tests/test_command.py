@@ -205,3 +205,19 @@ timeout: 300
     assert record.status == Status.OK, record.reason
     assert record.extra["probe"] == "optimizer-step hook"
     assert len(record.series["step_times_s"]) == 10 and len(record.series["losses"]) == 10
+
+
+def test_a_profiled_command_is_profiled_by_its_probe_in_its_own_process(tmp_path, in_repo, in_process):
+    """`benchbay profile` of a command point: torch.profiler runs in the script's process, over the
+    steps after the measured ones (the worker's own process only waits), and the record has the
+    trace's figures."""
+    from benchbay.profiling import profile_points
+
+    path = command_suite(tmp_path, steps="{warmup: 1, measure: 2}")
+    run = profile_points(load(path), results_root=tmp_path / "results")
+    (record,) = store.typed_records(run)
+    assert record.status == Status.OK, record.reason
+    traces = list((run / "profiles").glob("*/trace.json"))
+    assert len(traces) == 1 and (traces[0].parent / "top_ops.csv").exists()
+    assert record.extra["profiled_steps"] == 3 and record.extra["profiled_step_s"] > 0.01  # the script sleeps 10 ms
+    assert any("addmm" in op["name"] or "linear" in op["name"] for op in record.extra["profile_top_ops"])

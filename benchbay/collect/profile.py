@@ -26,7 +26,9 @@ import functools
 import itertools
 import json
 import os
+import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,12 +98,40 @@ class StepProfiler(Collector):
             return {"profile_error": "no step was recorded (fewer steps than its warm-up + active)"}
         trace = self.out_dir / "trace.json"
         self._profiler.export_chrome_trace(str(trace))
-        try:
-            figures = analyse(trace)
-        except Exception as exc:  # a trace this code cannot read must not cost the point its timings
-            return {"profile_error": f"{type(exc).__name__}: {exc}"}
-        write_top_ops(self.out_dir / "top_ops.csv", figures["profile_top_ops"])
-        return figures
+        return summarise(trace)
+
+
+class ProbeTrace(Collector):
+    """The trace a command's probe writes (benchbay/workloads/probe): torch.profiler over the steps
+    after the measured ones, in the command's own process; read once it is there (the probe writes
+    it as the last profiled step ends, a moment after the worker saw that step)."""
+
+    def __init__(self, out_dir: Path, running: Callable[[], bool], wait_s: float = 120.0):
+        self.trace = Path(out_dir) / "trace.json"
+        self.running = running  # whether the command still runs (and may still write it)
+        self.wait_s = wait_s
+
+    def step(self) -> None:
+        """The worker's steps past the measured ones: the probe profiles them on its own."""
+
+    def figures(self, window: Window) -> Figures:
+        deadline = time.monotonic() + self.wait_s
+        while not self.trace.exists() and self.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self.trace.exists():
+            return Figures(extra={"profile_dir": str(self.trace.parent), "profile_error":
+                                  "the command's probe wrote no trace (it ended before its profiled steps)"})
+        return Figures(extra={"profile_dir": str(self.trace.parent), **summarise(self.trace)})
+
+
+def summarise(trace: Path) -> dict[str, Any]:
+    """A trace's summary figures (``analyse``), its top ops written beside it as top_ops.csv."""
+    try:
+        figures = analyse(trace)
+    except Exception as exc:  # a trace this code cannot read must not cost the point its timings
+        return {"profile_error": f"{type(exc).__name__}: {exc}"}
+    write_top_ops(trace.parent / "top_ops.csv", figures["profile_top_ops"])
+    return figures
 
 
 def analyse(trace_path: Path) -> dict[str, Any]:

@@ -16,8 +16,10 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchbay.collect import Collector
 from benchbay.workloads.base import TrainingWorkload, Workload
 from benchbay.workloads.command import Command
 
@@ -68,6 +70,13 @@ class StepHarness:
 
     def start_measuring(self) -> None:
         """Called before the first measured step."""
+
+    def profiler(self, out_dir: Path, after: int, steps: int) -> Collector:
+        """torch.profiler over ``steps`` steps (and one of its own warm-up) after the first ``after``,
+        into ``out_dir``: entered by the worker as those steps begin."""
+        from benchbay.collect.profile import StepProfiler
+
+        return StepProfiler(out_dir, active=steps)
 
     def figures(self, steps: int) -> dict[str, Any]:
         """Figures of the first ``steps`` steps beside the worker's own: ``times``, ``losses`` (each
@@ -126,6 +135,13 @@ class CommandHarness(StepHarness):
 
     def settings(self) -> contextlib.AbstractContextManager:
         return self.workload.running()
+
+    def profiler(self, out_dir: Path, after: int, steps: int) -> Collector:
+        """The probe profiles the command's own steps, in its process (the worker's only wait)."""
+        from benchbay.collect.profile import ProbeTrace
+
+        self.workload.profile = (out_dir, after, steps)
+        return ProbeTrace(out_dir, running=self.workload.running_now)
 
     def prepare(self) -> Step:
         self.workload.start()

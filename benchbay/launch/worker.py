@@ -89,15 +89,14 @@ EARLY_STEPS = 3
 STACK_DUMP_LEAD_S = 5.0
 
 
-def _profiler(spec: PointSpec) -> Collector:
+def _profiler(spec: PointSpec, harness: StepHarness) -> Collector:
     """torch.profiler over a few extra steps after the measured ones (so its overhead stays out
-    of the timings) when the point is profiled (benchbay.collect.profile); a collector that
-    measures nothing when it is not (its steps stop before the profiled ones: ``_measure``)."""
+    of the timings) when the point is profiled (benchbay.collect.profile; a command's through its
+    probe); a collector that measures nothing when it is not (its steps stop before the profiled
+    ones: ``_measure``)."""
     if not spec.profile:
         return Collector()
-    from benchbay.collect.profile import StepProfiler
-
-    return StepProfiler(Path(spec.profile_dir), active=PROFILED_STEPS)
+    return harness.profiler(Path(spec.profile_dir), spec.steps.warmup + spec.steps.measure, PROFILED_STEPS)
 
 
 _STARTED = time.perf_counter()
@@ -153,7 +152,7 @@ def run(spec: PointSpec) -> WorkerResult:
     measured = Measured(times=[])
     try:
         snapshot_dir = Path(spec.memory_snapshot_dir) if spec.memory_snapshot else None
-        profiler, snapshot = _profiler(spec), MemorySnapshot(snapshot_dir, device)
+        profiler, snapshot = _profiler(spec, harness), MemorySnapshot(snapshot_dir, device)
         with harness.settings(), contextlib.ExitStack() as measuring:  # left on a failure too
             _measure(harness, spec, device, window, measuring, profiler, snapshot, measured)
             phase("metrics")
@@ -164,9 +163,9 @@ def run(spec: PointSpec) -> WorkerResult:
     finally:
         if needs_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-    bad = [i for i, x in enumerate(result.series["losses"]) if not math.isfinite(x)]
+    bad = [i for i, x in enumerate(result.series[LOSSES]) if not math.isfinite(x)]
     if bad:
-        loss = result.series["losses"][bad[0]]
+        loss = result.series[LOSSES][bad[0]]
         result = replace(result, status=Status.DIVERGED, reason=f"non-finite loss at step {bad[0]} ({loss})")
     return result
 
@@ -226,7 +225,7 @@ def _measure(harness: StepHarness, spec: PointSpec, device: torch.device, window
                     total = i + 1
                 elif (rate := _slower_than(spec, measured.warmup, i, total, timer, workload.samples_per_step())):
                     phase(f"stopped early after step {i}: {rate:.3g} samples/s below {spec.stop_below:.3g}")
-                    measured.stopped_early = {"after_steps": EARLY_STEPS, "samples_per_s_per_gpu": rate,
+                    measured.stopped_early = {"after_steps": EARLY_STEPS, SAMPLES_PER_S_PER_GPU: rate,
                                               "below": spec.stop_below}
                     total = i + 1
             if i == total - 1:
@@ -277,7 +276,7 @@ def _figures(harness: StepHarness, spec: PointSpec, measured: Measured, collecto
     # a command's: the probe's steps stand for the host's waits; a training step's fidelity over every measured step
     own = harness.figures(len(measured.times))
     times = own.get("times") or measured.times
-    loss_values = own.get("losses") or ([float(x) for x in torch.stack(measured.losses).float().cpu()]
+    loss_values = own.get(LOSSES) or ([float(x) for x in torch.stack(measured.losses).float().cpu()]
                                         if measured.losses else [])
     grad_values = [float(x) for x in torch.stack(measured.grad_norms).float().cpu()] if measured.grad_norms else []
     first, end = _steady_window(times, spec.steps.steady, measured.warmup)
@@ -285,17 +284,17 @@ def _figures(harness: StepHarness, spec: PointSpec, measured: Measured, collecto
     collected = Figures()
     for collector in collectors:
         collected |= collector.figures(Window(samples=workload.samples_per_step() * (len(times) - measured.warmup)))
-    metrics = {**summarize(times[first:end]), "build_s": measured.build_s, "first_step_s": times[0],
-               "warmup_steps": first,
-               "samples_per_step": workload.samples_per_step(), "flops_per_sample": flops.get("train"),
+    metrics = {**summarize(times[first:end]), BUILD_S: measured.build_s, FIRST_STEP_S: times[0],
+               WARMUP_STEPS: first,
+               SAMPLES_PER_STEP: workload.samples_per_step(), FLOPS_PER_SAMPLE: flops.get("train"),
                "frozen_flops_per_sample": flops.get("frozen"),
-               "measured_steps": end - first, **own.get("metrics", {}), **collected.metrics}
+               MEASURED_STEPS: end - first, **own.get("metrics", {}), **collected.metrics}
     metrics.update(_data_wait(measured.data_s[first:end], times[first:end]))
     if measured.loader_s[first:end]:  # the mean step a loader can feed (workloads.feed's last_loader_s)
-        metrics["loader_s"] = statistics.fmean(measured.loader_s[first:end])
+        metrics[LOADER_S] = statistics.fmean(measured.loader_s[first:end])
     return {"metrics": metrics,
-            "series": {"step_times_s": times, "losses": loss_values, "grad_norms": grad_values,
-                       **({"data_waits_s": measured.data_s} if measured.data_s else {}), **collected.series},
+            "series": {STEP_TIMES_S: times, LOSSES: loss_values, "grad_norms": grad_values,
+                       **({DATA_WAITS_S: measured.data_s} if measured.data_s else {}), **collected.series},
             "extra": {**workload.extra_metrics(), **own.get("extra", {}), **collected.extra,
                       # timed steps short of the configured ones: the measure budget ended them
                       **({"measure_budget_spent": True} if len(times) < measured.warmup + spec.steps.measure else {}),
@@ -309,7 +308,7 @@ def _data_wait(data_s: list[float], times: list[float]) -> dict[str, float]:
     share of the steps' time (the GPU has nothing of the step to run while the host waits)."""
     if not data_s or len(data_s) != len(times) or not sum(times):
         return {}
-    return {"data_wait_s": statistics.fmean(data_s), "data_wait_share": sum(data_s) / sum(times)}
+    return {DATA_WAIT_S: statistics.fmean(data_s), DATA_WAIT_SHARE: sum(data_s) / sum(times)}
 
 
 #: how torch's DataLoader re-raises what failed in a worker: "Caught TYPE in DataLoader worker process N."

@@ -76,6 +76,8 @@ class Command(Workload):
         self.started = 0.0
         self.out: Path | None = None
         self.log: Path | None = None
+        #: profiled through the probe (``benchbay profile``): its folder, the steps before, the steps profiled
+        self.profile: tuple[Path, int, int] | None = None
 
     # ---- what the command is -------------------------------------------------------------------
     def values(self) -> dict[str, str]:
@@ -88,7 +90,7 @@ class Command(Workload):
         return PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
     def samples_per_step(self) -> int:
-        given = self.params["samples_per_step"]
+        given = self.params[SAMPLES_PER_STEP]
         if given is None:
             return self.mbs * int(os.environ.get("WORLD_SIZE", "1"))
         return int(self.fill(str(given)))
@@ -111,6 +113,10 @@ class Command(Workload):
         env = {**os.environ, **{k: self.fill(str(v)) for k, v in (self.params["env"] or {}).items()},
                "BENCHBAY_PROBE_OUT": str(self.out),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE_DIR), os.environ.get("PYTHONPATH")]))}
+        if self.profile is not None:
+            folder, after, steps = self.profile
+            env.update(BENCHBAY_PROBE_PROFILE=str(folder), BENCHBAY_PROBE_PROFILE_AFTER=str(after),
+                       BENCHBAY_PROBE_PROFILE_STEPS=str(steps))
         argv = [self.fill(a) for a in self.params["argv"]]
         cwd = self.params["cwd"]
         self.started = time.time()
@@ -120,6 +126,9 @@ class Command(Workload):
                                              stdin=subprocess.DEVNULL, start_new_session=True)
             except OSError as exc:  # not found, not executable: the point's error says which
                 raise CommandFailed(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+
+    def running_now(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def wait_for(self, steps: int) -> None:
         """Until the command has made ``steps`` steps; raises (``_ended``) if it ends before."""
@@ -201,10 +210,10 @@ class Command(Workload):
         figures: dict[str, Any] = {"times": [first, *times] if first is not None and len(times) == len(seen) - 1
                                    else []}
         if seen and "peak_allocated" in seen[-1]:
-            figures["metrics"] = {"peak_mem_allocated_gib": seen[-1]["peak_allocated"] / 2**30,
-                                  "peak_mem_reserved_gib": seen[-1]["peak_reserved"] / 2**30}
+            figures["metrics"] = {PEAK_MEM_ALLOCATED_GIB: seen[-1]["peak_allocated"] / 2**30,
+                                  PEAK_MEM_RESERVED_GIB: seen[-1]["peak_reserved"] / 2**30}
         if self.params["loss_regex"]:
-            figures["losses"] = self._losses(steps)
+            figures[LOSSES] = self._losses(steps)
         output = self.output()
         if self.params["throughput_regex"]:
             rates = [float(m.group(1)) for m in re.finditer(self.params["throughput_regex"], output)]
@@ -264,8 +273,8 @@ def check(params: dict[str, Any], error) -> None:
     known = {*GENERIC, *knobs, *SPECIAL}
     for where, text in [*((f"argv[{i}]", a) for i, a in enumerate(argv)),
                         *((f"env.{k}", str(v)) for k, v in env.items()),
-                        *([("samples_per_step", str(params["samples_per_step"]))]
-                          if params.get("samples_per_step") is not None else [])]:
+                        *([(SAMPLES_PER_STEP, str(params[SAMPLES_PER_STEP]))]
+                          if params.get(SAMPLES_PER_STEP) is not None else [])]:
         for name in re.findall(r"\{([^{}]*)\}", text):
             if name not in known or not PLACEHOLDER.fullmatch("{" + name + "}"):
                 error(f"workload.params.{where}", f"placeholders naming a knob ({sorted(known)}), got {{{name}}}")

@@ -5,8 +5,12 @@ imported by the script (so a process that never trains never imports torch for i
 torch's global optimizer-step post hook and appends one JSON line per step to
 ``$BENCHBAY_PROBE_OUT.<rank>``: the step's duration from the previous step's end (CUDA events on a
 GPU, read once completed, so the probe never synchronises; the host clock on a CPU), and peak
-allocated and reserved device memory so far. Standalone on purpose: the command's Python need not
-have benchbay installed. A sitecustomize of the command's own later on the path still runs."""
+allocated and reserved device memory so far. Where ``BENCHBAY_PROBE_PROFILE`` names a folder
+(``benchbay profile``), torch.profiler runs over the steps after the first
+``BENCHBAY_PROBE_PROFILE_AFTER``: one step its warm-up, then ``BENCHBAY_PROBE_PROFILE_STEPS``
+recorded, the trace written to ``trace.json`` there (``rank<N>/`` under torchrun) as the last ends.
+Standalone on purpose: the command's Python need not have benchbay installed. A sitecustomize of
+the command's own later on the path still runs."""
 
 import importlib.abc
 import importlib.util
@@ -16,6 +20,7 @@ import sys
 import time
 
 OUT = os.environ.get("BENCHBAY_PROBE_OUT")
+PROFILE = os.environ.get("BENCHBAY_PROBE_PROFILE")
 HOOKED = "torch.optim.optimizer"
 
 
@@ -28,6 +33,7 @@ class _Probe:
         self.optimizer = None  # the first optimizer that steps: its steps are the training's
         self.marks = []  # per step: a CUDA event, or the host clock
         self.written = 0
+        self.profiler = None
 
     def hook(self, optimizer, args, kwargs):
         if self.optimizer is None:
@@ -43,6 +49,30 @@ class _Probe:
         else:
             self.marks.append(time.perf_counter())
         self.flush(wait=False)
+        if PROFILE:
+            self.profile(len(self.marks))
+
+    def profile(self, ended):
+        """After ``ended`` steps: enter the profiler as the first step after the measured ones begins,
+        step it as each ends, and write its trace as the last profiled one ends."""
+        profiler = self.torch.profiler
+        after, steps = int(os.environ["BENCHBAY_PROBE_PROFILE_AFTER"]), int(os.environ["BENCHBAY_PROBE_PROFILE_STEPS"])
+        if ended == after:
+            activities = [profiler.ProfilerActivity.CPU] + ([profiler.ProfilerActivity.CUDA] if self.cuda else [])
+            self.profiler = profiler.profile(activities=activities,
+                                             schedule=profiler.schedule(wait=0, warmup=1, active=steps, repeat=1))
+            self.profiler.__enter__()
+        elif self.profiler is not None:
+            self.profiler.step()
+            if ended == after + 1 + steps:
+                self.profiler.__exit__(None, None, None)
+                folder = PROFILE if os.environ.get("WORLD_SIZE", "1") == "1" else \
+                    os.path.join(PROFILE, "rank" + os.environ.get("RANK", "0"))
+                os.makedirs(folder, exist_ok=True)
+                trace = os.path.join(folder, "trace.json")
+                self.profiler.export_chrome_trace(trace + ".tmp")
+                os.replace(trace + ".tmp", trace)  # whole, or not there: the worker waits for it
+                self.profiler = None
 
     def flush(self, wait):
         """Write every step whose end and the previous one's are known (all of them when ``wait``)."""

@@ -13,7 +13,18 @@ from rich.table import Column
 
 from benchbay.analysis.quality import noise_note
 from benchbay.launch.base import Outcome
-from benchbay.record import DELIVERED_RATE, Record, Status
+from benchbay.record import (
+    DELIVERED_RATE,
+    FIRST_STEP_S,
+    HOST_RSS_GIB,
+    PEAK_MEM_ALLOCATED_GIB,
+    SAMPLES_PER_S_PER_GPU,
+    STEP_TIME_CV,
+    STEP_TIME_MEAN_S,
+    STEP_TIME_S,
+    Record,
+    Status,
+)
 
 BUSY_TAG = "[busy machine]"
 
@@ -43,7 +54,7 @@ def describe_warm_up(name: str, outcome: Outcome) -> str:
     m = outcome.metrics
     if outcome.status != Status.OK:
         return f"warm-up process of {name} (not recorded): {outcome.status}: {outcome.reason or ''}"[:300]
-    first, step = m.get("first_step_s"), m.get("step_time_mean_s")
+    first, step = m.get(FIRST_STEP_S), m.get(STEP_TIME_MEAN_S)
     figures = ", ".join(filter(None, [f"first step {first:.3g} s" if first else "",
                                       f"then {step * 1e3:.1f} ms/step" if step else ""]))
     return f"warm-up process of {name} (not recorded): {figures or 'ok'}"
@@ -54,12 +65,12 @@ def _training(record: Record) -> list[str]:
     rate, memory and noise."""
     m = record.metrics
     per = "GPU" if (record.device or "cuda") == "cuda" else "device"
-    step = m.get("step_time_mean_s") or m.get("step_time_s")  # records before the mean was kept
-    rate, mem = m.get("samples_per_s_per_gpu"), m.get("peak_mem_allocated_gib")
-    rss = m.get("host_rss_gib") if mem is None else None
+    step = m.get(STEP_TIME_MEAN_S) or m.get(STEP_TIME_S)  # records before the mean was kept
+    rate, mem = m.get(SAMPLES_PER_S_PER_GPU), m.get(PEAK_MEM_ALLOCATED_GIB)
+    rss = m.get(HOST_RSS_GIB) if mem is None else None
     return [f"{step * 1e3:.1f} ms/step" if step else "", f"{rate:.2f} samples/s/{per}" if rate else "",
             f"{mem:.1f} GiB" if mem else "", f"{rss:.1f} GiB host RSS" if rss else "",
-            noise_note(m.get("step_time_cv")) or ""]
+            noise_note(m.get(STEP_TIME_CV)) or ""]
 
 
 def _decode(record: Record) -> list[str]:

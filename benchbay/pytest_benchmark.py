@@ -36,12 +36,32 @@ from benchbay import store
 from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.points import describe_points, first_label, point_groups, point_key_columns
-from benchbay.record import Record, Status
+from benchbay.record import (
+    COMPILE_TIME_S,
+    FIRST_STEP_S,
+    LOSSES,
+    MEASURED_STEPS,
+    MFU,
+    PEAK_MEM_ALLOCATED_GIB,
+    PEAK_MEM_RESERVED_GIB,
+    SAMPLES_PER_S,
+    SAMPLES_PER_S_PER_GPU,
+    SAMPLES_PER_STEP,
+    STEP_TIME_CV,
+    STEP_TIME_MEAN_S,
+    STEP_TIME_P10_S,
+    STEP_TIME_P90_S,
+    STEP_TIME_S,
+    STEP_TIMES_S,
+    WARMUP_STEPS,
+    Record,
+    Status,
+)
 
 WORKLOAD = "pytest-benchmark"
 # benchbay metrics worth carrying into an export's extra_info
-_EXTRA_INFO_METRICS = ("samples_per_s", "samples_per_s_per_gpu", "mfu", "peak_mem_allocated_gib",
-                       "peak_mem_reserved_gib", "first_step_s", "compile_time_s")
+_EXTRA_INFO_METRICS = (SAMPLES_PER_S, SAMPLES_PER_S_PER_GPU, MFU, PEAK_MEM_ALLOCATED_GIB,
+                       PEAK_MEM_RESERVED_GIB, FIRST_STEP_S, COMPILE_TIME_S)
 
 
 def _machine_key(machine_info: dict[str, Any]) -> str:
@@ -94,18 +114,18 @@ def _record(bench: dict[str, Any], suite: str, run_id: str, env: dict[str, Any],
     median, mean = stats["median"], stats["mean"]
     p10, p90 = np.percentile(data, [10, 90]) if data else (None, None)
     metrics = {
-        "step_time_s": median, "step_time_mean_s": mean,
-        "step_time_p10_s": None if p10 is None else float(p10),
-        "step_time_p90_s": None if p90 is None else float(p90),
-        "step_time_cv": stats["stddev"] / mean if mean else None,
-        "first_step_s": data[0] if data else None, "warmup_steps": 0, "measured_steps": stats["rounds"],
-        "samples_per_step": 1, "samples_per_s": 1.0 / median if median else None,
+        STEP_TIME_S: median, STEP_TIME_MEAN_S: mean,
+        STEP_TIME_P10_S: None if p10 is None else float(p10),
+        STEP_TIME_P90_S: None if p90 is None else float(p90),
+        STEP_TIME_CV: stats["stddev"] / mean if mean else None,
+        FIRST_STEP_S: data[0] if data else None, WARMUP_STEPS: 0, MEASURED_STEPS: stats["rounds"],
+        SAMPLES_PER_STEP: 1, SAMPLES_PER_S: 1.0 / median if median else None,
     }
     kept = {key: bench.get(key) for key in ("name", "fullname", "group", "param", "params", "options", "extra_info")}
     return Record(
         suite=suite, run_id=run_id, point_id=store.point_id(WORKLOAD, params, knobs), label=bench["name"],
         workload=WORKLOAD, params=params, knobs=knobs, status=Status.OK, metrics=metrics,
-        series={"step_times_s": data, "losses": []},
+        series={STEP_TIMES_S: data, LOSSES: []},
         extra={"pytest_benchmark": {**kept, "iterations": stats.get("iterations", 1), "stats": stats}},
         env=env, started_at=started_at, duration_s=stats.get("total"),
     )
@@ -199,7 +219,7 @@ def _benchmark(rows: pd.DataFrame, name: str) -> dict[str, Any]:
     first = rows.iloc[0]
     data = np.concatenate([steady_step_times(r) for _, r in rows.iterrows()])
     if not data.size:  # summary-only record: its median stands for the one round
-        data = rows["step_time_s"].dropna().to_numpy(dtype=float)
+        data = rows[STEP_TIME_S].dropna().to_numpy(dtype=float)
     stats = Stats()
     for value in data:
         stats.update(float(value))
@@ -209,7 +229,7 @@ def _benchmark(rows: pd.DataFrame, name: str) -> dict[str, Any]:
     knobs = {k: first.get(k) for k in names} if isinstance(names, (list, tuple, np.ndarray)) else {}
     extra_info = {m: first.get(m) for m in _EXTRA_INFO_METRICS if m in first}
     extra_info.update(point_id=first.get("point_id"), run_id=first.get("run_id"), repeats=len(rows))
-    warmup = first.get("warmup_steps")
+    warmup = first.get(WARMUP_STEPS)
     return _json_safe({
         "group": kept.get("group", first.get("suite")),
         "name": kept.get("name", name),

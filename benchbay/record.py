@@ -41,30 +41,93 @@ SEARCH_KNOB = "search_knob"
 #: the figure of ``extra`` that is a data loader's own throughput over its measured window (the
 #: decode workload's): a loader's samples/s is what it delivered (benchbay.runner.derived_metrics)
 DELIVERED_RATE = "loader_samples_per_s"
-#: the names benchbay writes under ``metrics`` and ``series`` (by line: the step timer; the worker;
+#: the names benchbay writes under ``metrics`` and ``series``: a constant for each the code spells
+#: out, by group as ``FIGURES`` lists them (the stored name is the value: never rename one)
+# the step timer
+STEP_TIME_S = "step_time_s"
+STEP_TIME_MEAN_S = "step_time_mean_s"
+STEP_TIME_P10_S = "step_time_p10_s"
+STEP_TIME_P90_S = "step_time_p90_s"
+STEP_TIME_CV = "step_time_cv"
+# the worker
+BUILD_S = "build_s"
+FIRST_STEP_S = "first_step_s"
+WARMUP_STEPS = "warmup_steps"
+MEASURED_STEPS = "measured_steps"
+SAMPLES_PER_STEP = "samples_per_step"
+FLOPS_PER_SAMPLE = "flops_per_sample"
+DATA_WAIT_S = "data_wait_s"
+DATA_WAIT_SHARE = "data_wait_share"
+LOADER_S = "loader_s"
+# the runner's throughput
+SAMPLES_PER_S = "samples_per_s"
+SAMPLES_PER_S_PER_GPU = "samples_per_s_per_gpu"
+MFU = "mfu"
+PEAK_FLOPS = "peak_flops"
+# memory
+PEAK_MEM_ALLOCATED_GIB = "peak_mem_allocated_gib"
+PEAK_MEM_RESERVED_GIB = "peak_mem_reserved_gib"
+ALLOC_RETRIES = "alloc_retries"
+DEVICE_MEM_TOTAL_GIB = "device_mem_total_gib"
+NVML_MEM_USED_GIB = "nvml_mem_used_gib"
+HOST_RSS_GIB = "host_rss_gib"
+PEAK_HOST_RSS_GIB = "peak_host_rss_gib"
+MEM_ALLOCATED_GIB = "mem_allocated_gib"
+MEM_RESERVED_GIB = "mem_reserved_gib"
+# the system sampler
+CPU_UTIL_MEAN = "cpu_util_mean"
+CPU_UTIL_CV = "cpu_util_cv"
+CHILD_CPU_UTIL_MEAN = "child_cpu_util_mean"
+GPU_UTIL_MEAN = "gpu_util_mean"
+# energy
+ENERGY_J_PER_SAMPLE = "energy_j_per_sample"
+ENERGY_WATTS = "energy_watts"
+# update and compute fidelity
+UPDATE_APPLIED_SHARE = "update_applied_share"
+UPDATE_APPLIED_SHARE_SE = "update_applied_share_se"
+UPDATE_LOST_SHARE = "update_lost_share"
+COMPUTE_GRADIENT_COSINE = "compute_gradient_cosine"
+# the launchers
+STEP_TIME_RANK_SPREAD = "step_time_rank_spread"
+SIGNAL = "signal"
+# older runs'
+COMPILE_TIME_S = "compile_time_s"
+# the series
+STEP_TIMES_S = "step_times_s"
+LOSSES = "losses"
+DATA_WAITS_S = "data_waits_s"
+CPU_UTIL = "cpu_util"
+CPU_UTIL_T = "cpu_util_t"
+CHILD_CPU_UTIL = "child_cpu_util"
+GPU_UTIL = "gpu_util"
+GPU_POWER_W = "gpu_power_w"
+GPU_SM_CLOCK_MHZ = "gpu_sm_clock_mhz"
+
+#: every name benchbay writes under ``metrics`` and ``series`` (by line: the step timer; the worker;
 #: the runner's throughput; memory; the system sampler; energy; update and compute fidelity; the launchers; older
-#: runs'; then the series). A flat frame spreads both beside the knobs (benchbay.analysis.frame): a
-#: frame without ``knob_names`` tells its knobs from them by these names (benchbay.analysis.points)
-FIGURES = frozenset("""
-    step_time_s step_time_mean_s step_time_p10_s step_time_p90_s step_time_cv
-    build_s first_step_s warmup_steps measured_steps samples_per_step flops_per_sample frozen_flops_per_sample
-        data_wait_s data_wait_share loader_s oom_step error_step
-    samples_per_s samples_per_s_per_gpu mfu peak_flops
-    peak_mem_allocated_gib peak_mem_reserved_gib alloc_retries num_ooms device_mem_total_gib nvml_mem_used_gib
-        host_rss_gib peak_host_rss_gib mem_allocated_gib mem_reserved_gib
-    cpu_util_mean cpu_util_cv child_cpu_util_mean gpu_util_mean gpu_power_w_mean gpu_sm_clock_mhz_mean
-    energy_j_per_sample energy_watts
-    update_applied_share update_applied_share_se update_lost_share fidelity_sampled_elements
-        compute_gradient_cosine compute_gradient_error compute_sampled_tensors
-    step_time_rank_spread exit_code signal
-    compile_time_s
-    step_times_s losses grad_norms data_waits_s cpu_util cpu_util_t child_cpu_util gpu_util gpu_power_w
-        gpu_sm_clock_mhz
-""".split())
+#: runs'; then the series), those the code names once spelled here. A flat frame spreads both beside the knobs
+#: (benchbay.analysis.frame): a frame without ``knob_names`` tells its knobs from them by these names
+#: (benchbay.analysis.points)
+FIGURES = frozenset({
+    STEP_TIME_S, STEP_TIME_MEAN_S, STEP_TIME_P10_S, STEP_TIME_P90_S, STEP_TIME_CV,
+    BUILD_S, FIRST_STEP_S, WARMUP_STEPS, MEASURED_STEPS, SAMPLES_PER_STEP, FLOPS_PER_SAMPLE, "frozen_flops_per_sample",
+        DATA_WAIT_S, DATA_WAIT_SHARE, LOADER_S, "oom_step", "error_step",
+    SAMPLES_PER_S, SAMPLES_PER_S_PER_GPU, MFU, PEAK_FLOPS,
+    PEAK_MEM_ALLOCATED_GIB, PEAK_MEM_RESERVED_GIB, ALLOC_RETRIES, "num_ooms", DEVICE_MEM_TOTAL_GIB, NVML_MEM_USED_GIB,
+        HOST_RSS_GIB, PEAK_HOST_RSS_GIB, MEM_ALLOCATED_GIB, MEM_RESERVED_GIB,
+    CPU_UTIL_MEAN, CPU_UTIL_CV, CHILD_CPU_UTIL_MEAN, GPU_UTIL_MEAN, "gpu_power_w_mean", "gpu_sm_clock_mhz_mean",
+    ENERGY_J_PER_SAMPLE, ENERGY_WATTS,
+    UPDATE_APPLIED_SHARE, UPDATE_APPLIED_SHARE_SE, UPDATE_LOST_SHARE, "fidelity_sampled_elements",
+        COMPUTE_GRADIENT_COSINE, "compute_gradient_error", "compute_sampled_tensors",
+    STEP_TIME_RANK_SPREAD, "exit_code", SIGNAL,
+    COMPILE_TIME_S,
+    STEP_TIMES_S, LOSSES, "grad_norms", DATA_WAITS_S, CPU_UTIL, CPU_UTIL_T, CHILD_CPU_UTIL, GPU_UTIL, GPU_POWER_W,
+        GPU_SM_CLOCK_MHZ,
+})
 
 
 #: the figures of ``metrics`` that are words, not numbers: the signal that killed a point's process
-WORD_FIGURES = frozenset({"signal"})
+WORD_FIGURES = frozenset({SIGNAL})
 
 
 @dataclass(kw_only=True)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from benchbay import document
+from benchbay import record as rec
 from benchbay.analysis import data_loading, plots
 from benchbay.analysis.breakdown import leave_one_out, waterfall
 from benchbay.analysis.cost import cost_notes, prices
@@ -80,9 +81,9 @@ DECODER_COLUMNS = (
 
 # --- number formatting ---------------------------------------------------------------------------
 def _formatter(column: str) -> Callable[[Any], str]:
-    if column in ("mfu", "mfu_datasheet"):
+    if column in (rec.MFU, "mfu_datasheet"):
         return "{:.1%}".format
-    if column == "step_time_cv":
+    if column == rec.STEP_TIME_CV:
         return "{:.2f}".format
     if "change" in column:
         return "{:+.1%}".format
@@ -94,19 +95,19 @@ def _formatter(column: str) -> Callable[[Any], str]:
 
 
 DISPLAY_NAMES = {
-    "step_time_s": "step (s)", "step_time_p10_s": "p10 (s)", "step_time_p90_s": "p90 (s)",
-    "samples_per_s_per_gpu": "samples/s/GPU", "peak_mem_allocated_gib": "peak alloc (GiB)",
-    "peak_mem_reserved_gib": "peak reserved (GiB)", "mfu": "MFU (trained, measured peak)",
+    rec.STEP_TIME_S: "step (s)", rec.STEP_TIME_P10_S: "p10 (s)", rec.STEP_TIME_P90_S: "p90 (s)",
+    rec.SAMPLES_PER_S_PER_GPU: "samples/s/GPU", rec.PEAK_MEM_ALLOCATED_GIB: "peak alloc (GiB)",
+    rec.PEAK_MEM_RESERVED_GIB: "peak reserved (GiB)", rec.MFU: "MFU (trained, measured peak)",
     "mfu_datasheet": "MFU (trained, datasheet peak)", "warmup_detected": "warm-up steps (detected)",
-    "first_step_s": "first step (s)", "eager_step_time_s": "eager step (s)", "overhead_s": "overhead (s)",
+    rec.FIRST_STEP_S: "first step (s)", "eager_step_time_s": "eager step (s)", "overhead_s": "overhead (s)",
     "break_even_steps": "break-even (steps)", "step_change": "time/sample change [CI]",
     "throughput_change": "throughput change [CI]", "speedup": "speed-up", "first_failing": "first failing",
     "largest_ok": "largest ok", "eager_point": "eager point", "final_loss": "final loss",
     "max_abs_diff": "max abs diff from first", "max_rel_diff": "max rel diff", "within_tolerance": "within tolerance",
-    "step_time_cv": "CV", "peak_host_rss_gib": "peak host RSS (GiB)",
+    rec.STEP_TIME_CV: "CV", rec.PEAK_HOST_RSS_GIB: "peak host RSS (GiB)",
     "inflation_change": "inflation vs synthetic [CI]", "most vs best_change": "most vs best workers",
     "noise_floor_change": "noise between processes", "cost_per_m_samples": "cost / 1M samples",
-    "energy_j_per_sample": "J/sample", "mfu_peak": "MFU's peak", "history": "other runs",
+    rec.ENERGY_J_PER_SAMPLE: "J/sample", "mfu_peak": "MFU's peak", "history": "other runs",
 }
 
 
@@ -133,7 +134,7 @@ def display(table: pd.DataFrame, per: str = "GPU") -> pd.DataFrame:
     ``per``: what a rate is per ("GPU", or "device" for points run on CPU)."""
     table = _with_intervals(table.reset_index() if table.index.name or table.index.nlevels > 1 else table)
     names = {**DISPLAY_NAMES, **{column: heading for column, heading, _ in DECODER_COLUMNS},
-             "samples_per_s_per_gpu": f"samples/s/{per}", "energy_watts": f"W/{per}"}
+             rec.SAMPLES_PER_S_PER_GPU: f"samples/s/{per}", rec.ENERGY_WATTS: f"W/{per}"}
     out = pd.DataFrame(index=range(len(table)))
     for column in table.columns:
         fmt = _formatter(column)
@@ -204,7 +205,7 @@ def _sweep_blocks(points: pd.DataFrame) -> list[Block]:
         blocks.append(Text(f"noisy: the steady steps vary by more than {NOISY_CV:.0%} (CV, standard deviation over "
                            "mean); a difference between such points needs its interval to mean anything."))
     sources = peak_sources(points)
-    if points["mfu"].notna().any() and sources:
+    if points[rec.MFU].notna().any() and sources:
         blocks.append(Text("MFU = FLOPs of the trained parts a sample (forward + backward: DreamZero's transformer "
                            "only, its frozen encoders not counted; Wall-X's whole model) x samples/s/GPU / peak; "
                            "the MFU's peak of each point is its column (a GEMM probe of the machine where measured): "

@@ -36,7 +36,23 @@ from benchbay.knobs import rules
 from benchbay.launch.base import Launch, Launcher, Outcome, PointSpec
 from benchbay.launch.local import LocalLauncher
 from benchbay.progress import SweepProgress, describe, describe_warm_up, warn_once
-from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, SEARCH_KNOB, Record, Status
+from benchbay.record import (
+    BUILD_S,
+    DELIVERED_RATE,
+    FIRST_STEP_S,
+    FLOPS_PER_SAMPLE,
+    MFU,
+    PEAK_FLOPS,
+    SAMPLES_PER_S,
+    SAMPLES_PER_S_PER_GPU,
+    SAMPLES_PER_STEP,
+    SEARCH_GROUP,
+    SEARCH_KNOB,
+    STEP_TIME_MEAN_S,
+    STEP_TIME_S,
+    Record,
+    Status,
+)
 from benchbay.store import point_id
 from benchbay.suite.model import Point, Steps, Suite, card_choice, excluded_by
 from benchbay.workloads import registry
@@ -63,19 +79,19 @@ def derived_metrics(metrics: dict[str, Any], extra: dict[str, Any], world_size: 
     which a queue its workers filled ahead answers at once (8 workers on an H200 host: a median
     wait of 1.4 ms, "691 samples/s", against 54 delivered per second), so its throughput is what it
     delivered over its window, or none where it gave no rate."""
-    step = metrics.get("step_time_mean_s") or metrics.get("step_time_s")
-    samples = metrics.get("samples_per_step")
-    out: dict[str, Any] = {"samples_per_s": None, "samples_per_s_per_gpu": None, "mfu": None,
-                           "peak_flops": peak_flops}
+    step = metrics.get(STEP_TIME_MEAN_S) or metrics.get(STEP_TIME_S)
+    samples = metrics.get(SAMPLES_PER_STEP)
+    out: dict[str, Any] = {SAMPLES_PER_S: None, SAMPLES_PER_S_PER_GPU: None, MFU: None,
+                           PEAK_FLOPS: peak_flops}
     if DELIVERED_RATE in extra:
         rate = extra[DELIVERED_RATE]
         out.update(samples_per_s=rate, samples_per_s_per_gpu=rate / world_size if rate else None)
     elif step and samples:
-        out["samples_per_s_per_gpu"] = samples / step
-        out["samples_per_s"] = samples * world_size / step
-        flops = metrics.get("flops_per_sample")
+        out[SAMPLES_PER_S_PER_GPU] = samples / step
+        out[SAMPLES_PER_S] = samples * world_size / step
+        flops = metrics.get(FLOPS_PER_SAMPLE)
         if flops and peak_flops:
-            out["mfu"] = flops * out["samples_per_s_per_gpu"] / peak_flops
+            out[MFU] = flops * out[SAMPLES_PER_S_PER_GPU] / peak_flops
     return out
 
 
@@ -83,7 +99,7 @@ def derived_metrics(metrics: dict[str, Any], extra: dict[str, Any], world_size: 
 #: step's steady code paths, which a cold page cache or allocator makes slow the first time
 WARM_UP_MEASURED = 2
 #: what the manifest keeps of the warm-up process: what the run's first process paid
-WARM_UP_FIGURES = ("build_s", "first_step_s", "step_time_mean_s")
+WARM_UP_FIGURES = (BUILD_S, FIRST_STEP_S, STEP_TIME_MEAN_S)
 
 
 class SuiteRunner:

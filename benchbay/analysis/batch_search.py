@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from benchbay.record import Record, Status
+from benchbay.record import ALLOC_RETRIES, DEVICE_MEM_TOTAL_GIB, PEAK_MEM_RESERVED_GIB, Record, Status
 
 
 def largest_feasible(probe: Callable[[int], bool], lo: int, hi: int,
@@ -55,9 +55,9 @@ def infeasibility(status: str, metrics: Mapping[str, Any], headroom_gib: float |
     memory is above the device's memory less ``headroom_gib``."""
     if status != Status.OK:
         return str(status)
-    if zero_retries and (_number(metrics, "alloc_retries") or 0) > 0:
+    if zero_retries and (_number(metrics, ALLOC_RETRIES) or 0) > 0:
         return "allocator retries"
-    total, reserved = _number(metrics, "device_mem_total_gib"), _number(metrics, "peak_mem_reserved_gib")
+    total, reserved = _number(metrics, DEVICE_MEM_TOTAL_GIB), _number(metrics, PEAK_MEM_RESERVED_GIB)
     if headroom_gib is not None and total and reserved is not None and reserved > total - headroom_gib:
         return f"under {headroom_gib:g} GiB headroom"
     return None

@@ -32,7 +32,7 @@ from benchbay.analysis.compare import Verdict
 from benchbay.analysis.cost import present, say_absent
 from benchbay.analysis.frame import knob_columns, param_columns
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, per_process, ratio_test
-from benchbay.record import Status
+from benchbay.record import SAMPLES_PER_S_PER_GPU, SAMPLES_PER_STEP, STEP_TIME_S, Status
 
 BEST_PREFIX = "best-"
 _CHANGE_COLUMNS = ("step_change", "step_change_low", "step_change_high",
@@ -54,11 +54,11 @@ def point_changes(base: pd.Series, cand: pd.Series, confidence: float = 0.95,
                           confidence=confidence)
         ratio, low, high = test.ratio, test.low, test.high
     else:
-        ratio = cand["step_time_s"] / base["step_time_s"]
+        ratio = cand[STEP_TIME_S] / base[STEP_TIME_S]
         low = high = np.nan
     # samples each GPU processes per step, cand over base (exact: set by the configuration); a
     # larger batch's longer step may still be faster, so the change is per sample
-    per_step = cand["samples_per_step"] / base["samples_per_step"]
+    per_step = cand[SAMPLES_PER_STEP] / base[SAMPLES_PER_STEP]
     per_step = per_step if np.isfinite(per_step) else 1.0
     out.update(step_change=ratio / per_step - 1, step_change_low=low / per_step - 1,
                step_change_high=high / per_step - 1, throughput_change=per_step / ratio - 1,
@@ -90,7 +90,7 @@ def _first_with_label(summary: pd.DataFrame, label: str) -> pd.Series | None:
 
 
 def _figures(point: pd.Series, figures: Sequence[str]) -> dict[str, Any]:
-    return {"step_time_s": point["step_time_s"], "samples_per_s_per_gpu": point["samples_per_s_per_gpu"],
+    return {STEP_TIME_S: point[STEP_TIME_S], SAMPLES_PER_S_PER_GPU: point[SAMPLES_PER_S_PER_GPU],
             **{c: point[c] for c in figures}, "notes": point.get("notes", "")}
 
 
@@ -103,7 +103,7 @@ def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 
     """One row per label: its figures, its change from the previous ok label, and its throughput
     relative to the first ok label (``speedup``)."""
     figures = present(summary)
-    columns = ["label", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *figures, *_CHANGE_COLUMNS,
+    columns = ["label", "status", "changes", STEP_TIME_S, SAMPLES_PER_S_PER_GPU, *figures, *_CHANGE_COLUMNS,
                "speedup", "speedup_low", "speedup_high", "fidelity", "notes"]
     identity = _identity_columns(summary)
     rows: list[dict[str, Any]] = []
@@ -135,7 +135,7 @@ def leave_one_out(summary: pd.DataFrame, best_label: str, knob: str = "mbs", con
     """The best point minus each optimisation: change of each such point relative to the best
     (a positive step change means the removed optimisation was saving time)."""
     figures = present(summary)
-    columns = ["without", "point", "status", "changes", "step_time_s", "samples_per_s_per_gpu", *figures,
+    columns = ["without", "point", "status", "changes", STEP_TIME_S, SAMPLES_PER_S_PER_GPU, *figures,
                *_CHANGE_COLUMNS, "notes"]
     best = _first_with_label(summary, best_label)
     if best is None or best["status"] != Status.OK:

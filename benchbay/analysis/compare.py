@@ -54,7 +54,22 @@ from benchbay.analysis.stats import (
     ratio_test,
     repeats_needed,
 )
-from benchbay.record import DELIVERED_RATE, Status
+from benchbay.record import (
+    DELIVERED_RATE,
+    ENERGY_J_PER_SAMPLE,
+    ENERGY_WATTS,
+    MEASURED_STEPS,
+    MFU,
+    PEAK_MEM_ALLOCATED_GIB,
+    PEAK_MEM_RESERVED_GIB,
+    SAMPLES_PER_S,
+    SAMPLES_PER_S_PER_GPU,
+    SAMPLES_PER_STEP,
+    STEP_TIME_S,
+    STEP_TIMES_S,
+    WARMUP_STEPS,
+    Status,
+)
 
 
 class Verdict(StrEnum):
@@ -95,14 +110,14 @@ _TIME, _MEMORY = (Verdict.FASTER, Verdict.SLOWER), (Verdict.LESS_MEMORY, Verdict
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("step_time", "step_time_s", False, True, *_TIME),
-        Metric("samples_per_s", "samples_per_s", True, True, *_TIME),
-        Metric("samples_per_s_per_gpu", "samples_per_s_per_gpu", True, True, *_TIME),
-        Metric("mfu", "mfu", True, True, *_TIME),
-        Metric("peak_mem", "peak_mem_allocated_gib", False, False, *_MEMORY, exact=True),
-        Metric("peak_mem_reserved", "peak_mem_reserved_gib", False, False, *_MEMORY, exact=True),
-        Metric("energy_per_sample", "energy_j_per_sample", False, False, Verdict.LESS_ENERGY, Verdict.MORE_ENERGY),
-        Metric("power", "energy_watts", False, False, Verdict.LESS_POWER, Verdict.MORE_POWER),
+        Metric("step_time", STEP_TIME_S, False, True, *_TIME),
+        Metric("samples_per_s", SAMPLES_PER_S, True, True, *_TIME),
+        Metric("samples_per_s_per_gpu", SAMPLES_PER_S_PER_GPU, True, True, *_TIME),
+        Metric("mfu", MFU, True, True, *_TIME),
+        Metric("peak_mem", PEAK_MEM_ALLOCATED_GIB, False, False, *_MEMORY, exact=True),
+        Metric("peak_mem_reserved", PEAK_MEM_RESERVED_GIB, False, False, *_MEMORY, exact=True),
+        Metric("energy_per_sample", ENERGY_J_PER_SAMPLE, False, False, Verdict.LESS_ENERGY, Verdict.MORE_ENERGY),
+        Metric("power", ENERGY_WATTS, False, False, Verdict.LESS_POWER, Verdict.MORE_POWER),
     )
 }
 DEFAULT_METRICS = ("step_time", "samples_per_s_per_gpu", "peak_mem", "mfu", "energy_per_sample", "power")
@@ -150,11 +165,11 @@ DEFAULT_OPTIONS = CompareOptions()
 
 def steady_step_times(row: pd.Series | dict) -> np.ndarray:
     """The measured steps of one record: ``step_times_s`` after ``warmup_steps``, at most ``measured_steps``."""
-    times = row.get("step_times_s")
+    times = row.get(STEP_TIMES_S)
     if not isinstance(times, (list, tuple, np.ndarray)) or len(times) == 0:
         return np.empty(0)
-    warmup = row.get("warmup_steps")
-    measured = row.get("measured_steps")
+    warmup = row.get(WARMUP_STEPS)
+    measured = row.get(MEASURED_STEPS)
     start = 0 if is_missing(warmup) else int(warmup)
     stop = None if is_missing(measured) else start + int(measured)
     values = np.asarray(times[start:stop], dtype=float)
@@ -167,17 +182,17 @@ def _samples_per_step(row: pd.Series | dict, metric: Metric) -> float | None:
     The step is samples per step over samples/s/GPU where both are recorded (exact), else the
     recorded step (older records: the median)."""
     value = row.get(metric.column)
-    if not metric.per_step or metric.column == "step_time_s" or is_missing(value) \
+    if not metric.per_step or metric.column == STEP_TIME_S or is_missing(value) \
             or not is_missing(row.get(f"extra.{DELIVERED_RATE}")):
         return None
-    samples, per_gpu = row.get("samples_per_step"), row.get("samples_per_s_per_gpu")
+    samples, per_gpu = row.get(SAMPLES_PER_STEP), row.get(SAMPLES_PER_S_PER_GPU)
     step = float(samples) / float(per_gpu) if not is_missing(samples) and not is_missing(per_gpu) and per_gpu > 0 \
-        else row.get("step_time_s")
+        else row.get(STEP_TIME_S)
     return None if is_missing(step) else float(value) * float(step)
 
 
 def _step_statistic(metric: Metric, statistic: str) -> str:
-    return statistic if metric.column == "step_time_s" else MIRRORED.get(statistic, statistic)
+    return statistic if metric.column == STEP_TIME_S else MIRRORED.get(statistic, statistic)
 
 
 def process_values(rows: pd.DataFrame, metric: Metric, statistic: str) -> tuple[np.ndarray, float]:
@@ -187,7 +202,7 @@ def process_values(rows: pd.DataFrame, metric: Metric, statistic: str) -> tuple[
     values, floors = [], []
     for _, row in rows.iterrows():
         steps, per_step = steady_step_times(row), _samples_per_step(row, metric)
-        if metric.per_step and steps.size and (steps > 0).all() and (metric.column == "step_time_s" or per_step):
+        if metric.per_step and steps.size and (steps > 0).all() and (metric.column == STEP_TIME_S or per_step):
             value, floor = per_process([steps], _step_statistic(metric, statistic))
             values.append(float(value[0]) if per_step is None else per_step / float(value[0]))
             floors.append(floor)
@@ -204,9 +219,9 @@ def pooled_figure(rows: pd.DataFrame, metric: Metric, statistic: str = STEP_STAT
     records = [row for _, row in rows.iterrows()]
     pooled = np.concatenate([steady_step_times(row) for row in records]) if records else np.empty(0)
     per_step = [x for x in (_samples_per_step(row, metric) for row in records) if x is not None]
-    if metric.per_step and pooled.size and (metric.column == "step_time_s" or per_step):
+    if metric.per_step and pooled.size and (metric.column == STEP_TIME_S or per_step):
         step = float(STATISTICS[_step_statistic(metric, statistic)](pooled))
-        return step if metric.column == "step_time_s" else float(np.median(per_step)) / step
+        return step if metric.column == STEP_TIME_S else float(np.median(per_step)) / step
     values = rows[metric.column].dropna().to_numpy(dtype=float) if metric.column in rows else np.empty(0)
     return float(STATISTICS[statistic](values)) if values.size else math.nan
 

@@ -20,6 +20,7 @@ import pandas as pd
 
 from benchbay.analysis.frame import is_missing
 from benchbay.analysis.mfu import mfu_note
+from benchbay.record import ENERGY_J_PER_SAMPLE, ENERGY_WATTS, SAMPLES_PER_S_PER_GPU
 
 if TYPE_CHECKING:
     from benchbay.suite.model import SuiteMeta
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 COST = "cost_per_m_samples"
 PRICE_KEY = "price_per_gpu_hour"
 #: the per-sample figures shown beside throughput, in display order
-FIGURES = (COST, "energy_j_per_sample", "energy_watts")
+FIGURES = (COST, ENERGY_J_PER_SAMPLE, ENERGY_WATTS)
 ABSENT = "absent"
 NO_PRICE = f"cost per 1M samples: no GPU-hour price (the suite's {PRICE_KEY} or --price-per-gpu-hour)"
 
@@ -69,7 +70,7 @@ def cost_column(summary: pd.DataFrame) -> pd.Series:
     if not len(summary):
         return pd.Series(dtype=float)
     costs = [math.nan if is_missing(p) else cost_per_million_samples(rate, p)
-             for rate, p in zip(summary["samples_per_s_per_gpu"], summary[PRICE_KEY], strict=True)]
+             for rate, p in zip(summary[SAMPLES_PER_S_PER_GPU], summary[PRICE_KEY], strict=True)]
     return pd.Series(costs, index=summary.index, dtype=float)
 
 
@@ -90,7 +91,7 @@ def present(frame: pd.DataFrame) -> list[str]:
 
 def energy_note(rows: pd.DataFrame) -> str | None:
     """Why none of the rows (points or records) has an energy figure; None when one has."""
-    if "energy_j_per_sample" in present(rows):
+    if ENERGY_J_PER_SAMPLE in present(rows):
         return None
     reasons = rows["extra.energy_absent"].dropna().unique() if "extra.energy_absent" in rows else []
     return "energy per sample: " + (f"absent ({'; '.join(map(str, reasons))})" if len(reasons)

@@ -23,7 +23,16 @@ from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.analysis.steady import WAITED, first_dry_step
 from benchbay.analysis.tables import point_summary
 from benchbay.knobs.video import VIDEO_KNOBS
-from benchbay.record import Status
+from benchbay.record import (
+    CHILD_CPU_UTIL_MEAN,
+    DATA_WAIT_SHARE,
+    DATA_WAITS_S,
+    GPU_UTIL_MEAN,
+    STEP_TIME_MEAN_S,
+    STEP_TIMES_S,
+    WARMUP_STEPS,
+    Status,
+)
 
 #: a loader keeps the step "as fast as synthetic data" within this inflation (the issue's 10%)
 WITHIN = 0.10
@@ -99,16 +108,16 @@ def _inflation_in_run(summary: pd.DataFrame) -> pd.DataFrame:
         change = point_changes(base, point, statistic="mean") if base is not None else {}
         rows.append({
             "workload": point["workload"], "mbs": point.get("mbs"), **{k: point.get(k) for k in LOADER},
-            "mean step (s)": point["step_time_mean_s"],
-            "synthetic mean step (s)": None if base is None else base["step_time_mean_s"],
+            "mean step (s)": point[STEP_TIME_MEAN_S],
+            "synthetic mean step (s)": None if base is None else base[STEP_TIME_MEAN_S],
             "inflation_change": change.get("step_change"), "inflation_change_low": change.get("step_change_low"),
             "inflation_change_high": change.get("step_change_high"),
             "verdict": _inflation_verdict(change) if change else Verdict.NOT_COMPARABLE,
             # per step: the share of the mean step (older records kept the median wait)
-            "data wait (ms)": _scaled(point.get("data_wait_share"), 1e3 * point["step_time_mean_s"]),
-            "wait share": point.get("data_wait_share"),
-            "loader CPU (cores)": _loader_cores(point.get("child_cpu_util_mean")),
-            "GPU idle share": None if is_missing(point.get("gpu_util_mean")) else 1 - point["gpu_util_mean"] / 100,
+            "data wait (ms)": _scaled(point.get(DATA_WAIT_SHARE), 1e3 * point[STEP_TIME_MEAN_S]),
+            "wait share": point.get(DATA_WAIT_SHARE),
+            "loader CPU (cores)": _loader_cores(point.get(CHILD_CPU_UTIL_MEAN)),
+            "GPU idle share": None if is_missing(point.get(GPU_UTIL_MEAN)) else 1 - point[GPU_UTIL_MEAN] / 100,
             "lower bound": _lower_bound(point),
         })
     return pd.DataFrame(rows)
@@ -119,12 +128,12 @@ def _lower_bound(point: pd.Series) -> str:
     measured steps, so the first of them found batches made ahead (records made before the
     warm-up drained a loader behind the step, ``launch.worker``). A loader that keeps up is not
     affected: its steps wait for next to nothing, nor is decoding in the step's process (no queue)."""
-    waits, times = point.get("data_waits_s"), point.get("step_times_s")
-    ran_dry = not is_missing(point.get("data_wait_share")) and point["data_wait_share"] >= WAITED
+    waits, times = point.get(DATA_WAITS_S), point.get(STEP_TIMES_S)
+    ran_dry = not is_missing(point.get(DATA_WAIT_SHARE)) and point[DATA_WAIT_SHARE] >= WAITED
     if not point["num_workers"] or not ran_dry or not isinstance(waits, (list, tuple)) or len(waits) != len(times):
         return ""
     first = first_dry_step(waits, times)
-    measured_from = int(point["warmup_steps"])
+    measured_from = int(point[WARMUP_STEPS])
     return (f"yes: its queue first ran dry at step {first}, in the measured steps (from {measured_from})"
             if first is not None and first >= measured_from else "")
 

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from benchbay.document import Block, Heading, Image, Table, Text, html, markdown
+from benchbay.record import SAMPLES_PER_STEP, STEP_TIMES_S, WARMUP_STEPS
 from benchbay.store import read_records, refuse_links, write_atomic
 
 #: what must match for two points to be compared: (description, how it is read from a record)
@@ -69,8 +70,8 @@ def _mad(times: list[float]) -> float:
 
 
 def _steady(record: dict[str, Any]) -> list[float]:
-    times = record.get("series", {}).get("step_times_s", [])
-    return times[int(record.get("metrics", {}).get("warmup_steps") or 0):]
+    times = record.get("series", {}).get(STEP_TIMES_S, [])
+    return times[int(record.get("metrics", {}).get(WARMUP_STEPS) or 0):]
 
 
 def _phases(record: dict[str, Any]) -> dict[str, float]:
@@ -89,7 +90,7 @@ def diff(a: dict[str, Any], b: dict[str, Any], force: bool = False) -> Diff:
     incomparable = [f"{what}: {read(a)} vs {read(b)}" for what, read in COMPARABLE if read(a) != read(b)]
     if incomparable and not force:
         raise ValueError("not comparable (" + "; ".join(incomparable) + "); --force compares them anyway")
-    samples_a, samples_b = (r.get("metrics", {}).get("samples_per_step") for r in (a, b))
+    samples_a, samples_b = (r.get("metrics", {}).get(SAMPLES_PER_STEP) for r in (a, b))
     unit = "sample" if samples_a and samples_b and samples_a != samples_b else "step"
     per_a, per_b = (samples_a, samples_b) if unit == "sample" else (1, 1)
     times_a, times_b = np.asarray(_steady(a)) / per_a, np.asarray(_steady(b)) / per_b
@@ -130,7 +131,7 @@ def _table(d: Diff, kind: str) -> tuple[tuple[str, ...], list[tuple]]:
 
 
 def _name(record: dict[str, Any]) -> str:
-    samples = record.get("metrics", {}).get("samples_per_step")
+    samples = record.get("metrics", {}).get(SAMPLES_PER_STEP)
     return f"{record.get('label')} ({record.get('suite')}/{record.get('run_id')}; {samples} samples per step)"
 
 

@@ -48,7 +48,7 @@ from benchbay.analysis.points import describe_points, first_label, match_points,
 from benchbay.analysis.stats import repeats_needed
 from benchbay.analysis.thresholds import FAIL_SHARE, Threshold, parse_threshold, value_matches
 from benchbay.markdown import markdown_table, one_line
-from benchbay.record import Status
+from benchbay.record import LOSSES, Status
 
 DEFAULT_THRESHOLDS = ("step_time:median:5%",)
 #: loss curves that should train alike: bf16 eager against compiled (kernels reorder sums)
@@ -326,7 +326,7 @@ def _loss_curve(df: pd.DataFrame, label: str, where: Mapping[str, Any] | None) -
         raise ValueError(f"label {label!r} names {rows['point_id'].nunique()} points; "
                          "pick one with where={knob: value}")
     first = rows.sort_values("repeat").iloc[0]
-    losses = first.get("losses")
+    losses = first.get(LOSSES)
     if not isinstance(losses, (list, tuple, np.ndarray)) or len(losses) == 0:
         raise ValueError(f"point labelled {label!r} recorded no losses")
     return np.asarray(losses, dtype=float)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from benchbay.record import FLOPS_PER_SAMPLE, MFU, PEAK_FLOPS, SAMPLES_PER_S_PER_GPU
+
 
 @dataclass(frozen=True)
 class Peak:
@@ -81,12 +83,12 @@ def denominator(row: pd.Series | dict, peak_flops: float | None = None) -> tuple
     gemm = row.get("env.gemm_tflops")
     if _finite(gemm) and gemm > 0:
         return float(gemm) * 1e12, "GEMM probe"
-    recorded = row.get("peak_flops")
+    recorded = row.get(PEAK_FLOPS)
     return (float(recorded), "as recorded") if _finite(recorded) and recorded > 0 else None
 
 
 def _achieved(row: pd.Series) -> float | None:
-    flops, rate = row.get("flops_per_sample"), row.get("samples_per_s_per_gpu")
+    flops, rate = row.get(FLOPS_PER_SAMPLE), row.get(SAMPLES_PER_S_PER_GPU)
     return float(flops) * float(rate) if _finite(flops) and _finite(rate) else None
 
 
@@ -100,7 +102,7 @@ def mfu_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.Series:
     def row_mfu(row: pd.Series) -> float:
         achieved, peak = _achieved(row), denominator(row, peak_flops)
         if achieved is None or peak is None:
-            recorded = row.get("mfu")
+            recorded = row.get(MFU)
             return float(recorded) if peak_flops is None and _finite(recorded) else float("nan")
         return achieved / peak[0]
 
@@ -149,7 +151,7 @@ PEAK_HINT = "BENCHBAY_PEAK_TFLOPS=<TFLOP/s> gives every point one"
 
 
 def _why_absent(row: pd.Series) -> str:
-    if not _finite(row.get("samples_per_s_per_gpu")):
+    if not _finite(row.get(SAMPLES_PER_S_PER_GPU)):
         return "no samples/s"
     gpu = row.get("env.gpu")
     if not isinstance(gpu, str) or not gpu:
@@ -161,8 +163,8 @@ def mfu_note(points: pd.DataFrame) -> str | None:
     """Why the ok points (or records) whose workload gives its FLOPs a sample have no MFU; None
     when each has one (a workload without ``flops_per_sample`` has no MFU to give)."""
     ok = points[points["status"] == "ok"] if "status" in points else points
-    due = ok[ok["flops_per_sample"].map(_finite)] if "flops_per_sample" in ok else ok.iloc[:0]
-    lacking = due[~due["mfu"].map(_finite)] if "mfu" in due else due
+    due = ok[ok[FLOPS_PER_SAMPLE].map(_finite)] if FLOPS_PER_SAMPLE in ok else ok.iloc[:0]
+    lacking = due[~due[MFU].map(_finite)] if MFU in due else due
     if not len(lacking):
         return None
     reasons = "; ".join(dict.fromkeys(_why_absent(row) for _, row in lacking.iterrows()))

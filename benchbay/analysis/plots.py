@@ -21,7 +21,16 @@ from matplotlib.patches import Patch
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import is_missing
 from benchbay.analysis.tables import configurations, device_word, reference_band, reference_runs, repeat_of
-from benchbay.record import Status
+from benchbay.record import (
+    CPU_UTIL,
+    CPU_UTIL_T,
+    DEVICE_MEM_TOTAL_GIB,
+    LOSSES,
+    PEAK_HOST_RSS_GIB,
+    PEAK_MEM_RESERVED_GIB,
+    SAMPLES_PER_S_PER_GPU,
+    Status,
+)
 from benchbay.store import write_atomic
 
 DPI = 110
@@ -72,14 +81,14 @@ def batch_scaling(summary: pd.DataFrame, path: Path, knob: str = "mbs") -> Path 
         return None
     fig = Figure(figsize=(11, 4.6), layout="constrained")
     ax_rate, ax_mem = fig.subplots(1, 2)
-    limit = summary["device_mem_total_gib"].max()
+    limit = summary[DEVICE_MEM_TOTAL_GIB].max()
     # on CPU the host's resident memory is the memory figure there is
-    on_device = summary["peak_mem_reserved_gib"].notna().any()
-    memory, memory_label = (("peak_mem_reserved_gib", "peak reserved memory (GiB)") if on_device
-                            else ("peak_host_rss_gib", "peak host RSS (GiB)"))
+    on_device = summary[PEAK_MEM_RESERVED_GIB].notna().any()
+    memory, memory_label = ((PEAK_MEM_RESERVED_GIB, "peak reserved memory (GiB)") if on_device
+                            else (PEAK_HOST_RSS_GIB, "peak host RSS (GiB)"))
     for (name, points), color in zip(configs, _colors(len(configs)), strict=True):
         ok = points[points["status"] == Status.OK]
-        ax_rate.plot(ok[knob], ok["samples_per_s_per_gpu"], "o-", color=color, label=name)
+        ax_rate.plot(ok[knob], ok[SAMPLES_PER_S_PER_GPU], "o-", color=color, label=name)
         ax_mem.plot(ok[knob], ok[memory], "o-", color=color, label=name)
         for _, failed in points[points["status"] != Status.OK].iterrows():
             marker, mcolor = FAILED_STYLE.get(failed["status"], FAILED_STYLE["other"])
@@ -155,10 +164,10 @@ def loss_curves(groups: Sequence[pd.DataFrame], path: Path, rtol: float, atol: f
             bottom.set_visible(False)
             continue
         group = groups[i]
-        reference = np.asarray(group["losses"].iloc[0], dtype=float)
+        reference = np.asarray(group[LOSSES].iloc[0], dtype=float)
         colors: dict[str, str] = {}
         for (_, point), of in zip(group.iterrows(), repeat_of(group), strict=True):
-            losses = np.asarray(point["losses"], dtype=float)
+            losses = np.asarray(point[LOSSES], dtype=float)
             n = min(losses.size, reference.size)
             # a point's repeats in its colour, dashed, one legend entry a point
             style = {} if is_missing(of) else {"color": colors[of], "linestyle": "--", "linewidth": 1}
@@ -222,8 +231,8 @@ def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
     and preset, are the lines of a panel). None when no point has them (the table gives the mean)."""
     points = decoder_points(summary)
     # a point of fewer samples is a dot, no course (the table gives its mean)
-    points = points[points["cpu_util"].map(lambda v: _has_list(v) and len(v) >= MIN_CPU_SAMPLES)
-                    & points["cpu_util_t"].map(_has_list)]
+    points = points[points[CPU_UTIL].map(lambda v: _has_list(v) and len(v) >= MIN_CPU_SAMPLES)
+                    & points[CPU_UTIL_T].map(_has_list)]
     if points.empty:
         return None
     names = points["name"].astype(str)
@@ -243,7 +252,7 @@ def cpu_utilisation(summary: pd.DataFrame, path: Path) -> Path | None:
             # Markers: a short point's few samples stay visible beside the longer lines
             style = _VARIANT_STYLES[drawn.count(backend) % len(_VARIANT_STYLES)]
             drawn.append(backend)
-            ax.plot(point["cpu_util_t"], point["cpu_util"], style, markersize=3, color=palette[backend],
+            ax.plot(point[CPU_UTIL_T], point[CPU_UTIL], style, markersize=3, color=palette[backend],
                     label=name.partition(" ")[2] or name)
         ax.set_title(group, fontsize=9)
         ax.grid(alpha=0.3)
@@ -270,7 +279,7 @@ def waterfall(table: pd.DataFrame, path: Path, per: str = "GPU") -> Path | None:
     fig = Figure(figsize=(11, 4.8), layout="constrained")
     ax_time, ax_rate = fig.subplots(1, 2)
     x = np.arange(len(ok))
-    rates = ok["samples_per_s_per_gpu"].to_numpy(float)
+    rates = ok[SAMPLES_PER_S_PER_GPU].to_numpy(float)
     times = 1e3 / rates  # ms per sample per device
     previous = np.concatenate([[0.0], times[:-1]])
     verdicts = list(ok["verdict"])[1:]

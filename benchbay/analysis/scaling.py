@@ -28,11 +28,18 @@ from matplotlib.figure import Figure
 from benchbay.analysis import plots
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, varying_columns
 from benchbay.analysis.tables import describe
-from benchbay.record import Status
+from benchbay.record import (
+    PEAK_MEM_RESERVED_GIB,
+    SAMPLES_PER_S,
+    SAMPLES_PER_S_PER_GPU,
+    STEP_TIME_RANK_SPREAD,
+    STEP_TIME_S,
+    Status,
+)
 
-COLUMNS = ("configuration", "gpu", "world_size", "nnodes", "repeats", "samples_per_s", "samples_per_s_per_gpu",
-           "step_time_s", "speedup", "ideal_speedup", "efficiency", "step_time_rank_spread",
-           "peak_mem_reserved_gib", "comm_s", "comm_share", "comm_source")
+COLUMNS = ("configuration", "gpu", "world_size", "nnodes", "repeats", SAMPLES_PER_S, SAMPLES_PER_S_PER_GPU,
+           STEP_TIME_S, "speedup", "ideal_speedup", "efficiency", STEP_TIME_RANK_SPREAD,
+           PEAK_MEM_RESERVED_GIB, "comm_s", "comm_share", "comm_source")
 #: names of collective kernels (CUDA) and operators (CPU) in ``extra.profile_top_ops``
 COLLECTIVE = re.compile(r"nccl|c10d|gloo|record_param_comms|wait_tensor", re.IGNORECASE)
 
@@ -65,16 +72,16 @@ def _names(firsts: pd.DataFrame, identity: list[str]) -> list[str]:
 def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration and world size (see the module docstring), ordered by
     configuration then world size. ``nnodes`` is 1 for records that do not say."""
-    if df.empty or "samples_per_s" not in df:
+    if df.empty or SAMPLES_PER_S not in df:
         return pd.DataFrame(columns=COLUMNS)
-    ok = df[(df["status"] == Status.OK) & df["samples_per_s"].notna()]
+    ok = df[(df["status"] == Status.OK) & df[SAMPLES_PER_S].notna()]
     if ok.empty:
         return pd.DataFrame(columns=COLUMNS)
     comm = ok.apply(communication, axis=1, result_type="expand")
     ok = ok.assign(gpu=ok["env.gpu"] if "env.gpu" in ok else None,
                    nnodes=ok["nnodes"].fillna(1).astype(int) if "nnodes" in ok else 1,
                    comm_s=pd.to_numeric(comm[0]), comm_source=comm[1])
-    for column in ("step_time_rank_spread", "peak_mem_reserved_gib"):
+    for column in (STEP_TIME_RANK_SPREAD, PEAK_MEM_RESERVED_GIB):
         if column not in ok:
             ok[column] = np.nan
     identity = [c for c in ("workload", *param_columns(ok), *knob_columns(ok)) if c in ok]
@@ -89,17 +96,17 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
             sizes.append({
                 "configuration": name, "gpu": None if is_missing(gpu) else gpu,
                 "world_size": int(world), "nnodes": int(nodes), "repeats": len(runs),
-                **{m: runs[m].median() for m in ("samples_per_s", "samples_per_s_per_gpu", "step_time_s",
-                                                 "step_time_rank_spread", "comm_s")},
-                "peak_mem_reserved_gib": runs["peak_mem_reserved_gib"].max(),
+                **{m: runs[m].median() for m in (SAMPLES_PER_S, SAMPLES_PER_S_PER_GPU, STEP_TIME_S,
+                                                 STEP_TIME_RANK_SPREAD, "comm_s")},
+                PEAK_MEM_RESERVED_GIB: runs[PEAK_MEM_RESERVED_GIB].max(),
                 "comm_source": next((s for s in runs["comm_source"] if isinstance(s, str)), None),
             })
         base = sizes[0]
         for size in sizes:
-            size["speedup"] = size["samples_per_s"] / base["samples_per_s"]
+            size["speedup"] = size[SAMPLES_PER_S] / base[SAMPLES_PER_S]
             size["ideal_speedup"] = size["world_size"] / base["world_size"]
             size["efficiency"] = size["speedup"] / size["ideal_speedup"]
-            size["comm_share"] = size["comm_s"] / size["step_time_s"] if size["step_time_s"] else np.nan
+            size["comm_share"] = size["comm_s"] / size[STEP_TIME_S] if size[STEP_TIME_S] else np.nan
         rows.extend(sizes)
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -121,9 +128,9 @@ def plot_scaling(table: pd.DataFrame, path: str | Path) -> Path | None:
     for i, ((name, gpu), rows) in enumerate(configs):
         color = colors[i % len(colors)]
         label = name if is_missing(gpu) or table["gpu"].nunique() < 2 else f"{name} ({gpu})"
-        ax_rate.plot(rows["world_size"], rows["samples_per_s"], "o-", color=color, label=label)
+        ax_rate.plot(rows["world_size"], rows[SAMPLES_PER_S], "o-", color=color, label=label)
         base = rows.iloc[0]
-        ax_rate.plot(rows["world_size"], base["samples_per_s"] * rows["ideal_speedup"], "--", color=color, alpha=0.5)
+        ax_rate.plot(rows["world_size"], base[SAMPLES_PER_S] * rows["ideal_speedup"], "--", color=color, alpha=0.5)
         ax_eff.plot(rows["world_size"], 100 * rows["efficiency"], "o-", color=color, label=label)
         for _, row in rows.iloc[1:].iterrows():
             ax_eff.annotate(f"{100 * row['efficiency']:.1f}%", (row["world_size"], 100 * row["efficiency"]),

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from benchbay.record import Status
+from benchbay.record import FIRST_STEP_S, STEP_TIME_S, Status
 
 if TYPE_CHECKING:  # the worker reads the series functions: pandas only where frames are read
     import pandas as pd
@@ -97,7 +97,7 @@ def amortisation_table(summary: pd.DataFrame) -> pd.DataFrame:
     from benchbay.analysis.frame import knob_columns, param_columns
 
     accel = [k for k in ACCELERATION_KNOBS if k in summary.columns]
-    columns = ["point", "eager_point", "first_step_s", "step_time_s", "eager_step_time_s",
+    columns = ["point", "eager_point", FIRST_STEP_S, STEP_TIME_S, "eager_step_time_s",
                "overhead_s", "break_even_steps"]
     if not accel or summary.empty:
         return pd.DataFrame(columns=columns)
@@ -114,15 +114,15 @@ def amortisation_table(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, row in ok.iterrows():
         eager = None if is_eager(row) else eager_by_key.get(key(row))
-        if eager is None or pd.isna(row["first_step_s"]) or pd.isna(eager["step_time_s"]) or warm(row):
+        if eager is None or pd.isna(row[FIRST_STEP_S]) or pd.isna(eager[STEP_TIME_S]) or warm(row):
             continue
         rows.append({
             "point": row["name"],
             "eager_point": eager["name"],
-            "first_step_s": row["first_step_s"],
-            "step_time_s": row["step_time_s"],
-            "eager_step_time_s": eager["step_time_s"],
-            "overhead_s": row["first_step_s"] - eager["step_time_s"],
-            "break_even_steps": amortisation_steps(row["first_step_s"], row["step_time_s"], eager["step_time_s"]),
+            FIRST_STEP_S: row[FIRST_STEP_S],
+            STEP_TIME_S: row[STEP_TIME_S],
+            "eager_step_time_s": eager[STEP_TIME_S],
+            "overhead_s": row[FIRST_STEP_S] - eager[STEP_TIME_S],
+            "break_even_steps": amortisation_steps(row[FIRST_STEP_S], row[STEP_TIME_S], eager[STEP_TIME_S]),
         })
     return pd.DataFrame(rows, columns=columns)

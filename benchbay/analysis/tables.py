@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchbay import record as rec
 from benchbay.analysis.batch_search import infeasibility
 from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.cost import COST, FIGURES, PRICE_KEY, cost_column, price_column, say_absent
@@ -33,16 +34,16 @@ from benchbay.analysis.update_fidelity import verdict, with_compute
 from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, Status
 
 #: figures summarised by their median over the ok repeats
-MEDIAN_METRICS = ("step_time_p10_s", "step_time_p90_s", "first_step_s", "samples_per_step",
-                  "samples_per_s", "samples_per_s_per_gpu", "flops_per_sample", "mfu", "mfu_datasheet", "cpu_util_mean",
-                  "gpu_util_mean", "compile_time_s", "warmup_steps", "data_wait_s", "data_wait_share",
-                  "child_cpu_util_mean", "loader_s", "update_applied_share", "update_applied_share_se",
-                  "update_lost_share", "compute_gradient_cosine", "energy_j_per_sample", "energy_watts")
+MEDIAN_METRICS = (rec.STEP_TIME_P10_S, rec.STEP_TIME_P90_S, rec.FIRST_STEP_S, rec.SAMPLES_PER_STEP, rec.SAMPLES_PER_S,
+                  rec.SAMPLES_PER_S_PER_GPU, rec.FLOPS_PER_SAMPLE, rec.MFU, "mfu_datasheet", rec.CPU_UTIL_MEAN,
+                  rec.GPU_UTIL_MEAN, rec.COMPILE_TIME_S, rec.WARMUP_STEPS, rec.DATA_WAIT_S, rec.DATA_WAIT_SHARE,
+                  rec.CHILD_CPU_UTIL_MEAN, rec.LOADER_S, rec.UPDATE_APPLIED_SHARE, rec.UPDATE_APPLIED_SHARE_SE,
+                  rec.UPDATE_LOST_SHARE, rec.COMPUTE_GRADIENT_COSINE, rec.ENERGY_J_PER_SAMPLE, rec.ENERGY_WATTS)
 #: figures summarised by their maximum over the ok repeats (the worst case is what limits a batch)
-MAX_METRICS = ("peak_mem_allocated_gib", "peak_mem_reserved_gib", "device_mem_total_gib", "alloc_retries",
-               "nvml_mem_used_gib", "peak_host_rss_gib")
+MAX_METRICS = (rec.PEAK_MEM_ALLOCATED_GIB, rec.PEAK_MEM_RESERVED_GIB, rec.DEVICE_MEM_TOTAL_GIB, rec.ALLOC_RETRIES,
+               rec.NVML_MEM_USED_GIB, rec.PEAK_HOST_RSS_GIB)
 #: per-record lists kept from the first ok repeat
-SERIES = ("step_times_s", "losses", "cpu_util", "cpu_util_t", "data_waits_s")
+SERIES = (rec.STEP_TIMES_S, rec.LOSSES, rec.CPU_UTIL, rec.CPU_UTIL_T, rec.DATA_WAITS_S)
 IDENTITY = ("suite", "workload", "point_id", "world_size", "device", "env.gpu", "knob_names")
 
 
@@ -124,22 +125,22 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
         out[m] = ok[m].median() if m in ok else np.nan
     if samples:
         pooled = np.concatenate(samples)
-        out["step_time_s"] = float(STATISTICS[STEP_STATISTIC](pooled))
+        out[rec.STEP_TIME_S] = float(STATISTICS[STEP_STATISTIC](pooled))
         # the spread of the same steps as the step: a median of each repeat's p90 can lie below a
         # pooled mean that a slow repeat raised
-        out["step_time_p10_s"], out["step_time_p90_s"] = (float(STATISTICS[q](pooled)) for q in ("p10", "p90"))
-        out["step_time_cv"] = coefficient_of_variation(pooled)
+        out[rec.STEP_TIME_P10_S], out[rec.STEP_TIME_P90_S] = (float(STATISTICS[q](pooled)) for q in ("p10", "p90"))
+        out[rec.STEP_TIME_CV] = coefficient_of_variation(pooled)
         _rates_over_step(out, ok)
     else:
-        for m in ("step_time_s", "step_time_cv"):
+        for m in (rec.STEP_TIME_S, rec.STEP_TIME_CV):
             out[m] = ok[m].median() if m in ok else np.nan
-    out["step_time_mean_s"] = out["step_time_s"]  # the name the loader tables read
+    out[rec.STEP_TIME_MEAN_S] = out[rec.STEP_TIME_S]  # the name the loader tables read
     out["mfu_peak"] = _first_valid(ok["mfu_peak"]) if "mfu_peak" in ok else None
     _one_peak(out, ok)
     for m in MAX_METRICS:
         out[m] = figures[m].max() if m in figures else np.nan
-    warmups = [detect_warmup(r["step_times_s"]) for _, r in ok.iterrows()
-               if isinstance(r.get("step_times_s"), (list, tuple, np.ndarray))]
+    warmups = [detect_warmup(r[rec.STEP_TIMES_S]) for _, r in ok.iterrows()
+               if isinstance(r.get(rec.STEP_TIMES_S), (list, tuple, np.ndarray))]
     out["warmup_detected"] = float(np.median(warmups)) if warmups else np.nan
     for s in SERIES:
         out[s] = _first_valid(ok[s]) if s in ok else None
@@ -147,11 +148,11 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     out["health_warnings"] = warnings_of(rows)
     # a decoder's step is the wait for its next sample, which a queue filled ahead answers at once:
     # its spread says nothing of the decoding, whose figures are its latency and CPU
-    out["notes"] = notes(None if decodes(ok) else out["step_time_cv"], [*out["health_warnings"], graph_break_note(ok),
+    out["notes"] = notes(None if decodes(ok) else out[rec.STEP_TIME_CV], [*out["health_warnings"], graph_break_note(ok),
                                                                            cards_note(ok)])
-    out["fidelity"] = with_compute(fidelity_label(out["update_applied_share"], out["update_applied_share_se"],
-                                                  trains=_has_losses(out.get("losses"))),
-                                   out.get("extra.compute_fidelity"), out["compute_gradient_cosine"])
+    out["fidelity"] = with_compute(fidelity_label(out[rec.UPDATE_APPLIED_SHARE], out[rec.UPDATE_APPLIED_SHARE_SE],
+                                                  trains=_has_losses(out.get(rec.LOSSES))),
+                                   out.get("extra.compute_fidelity"), out[rec.COMPUTE_GRADIENT_COSINE])
     return out
 
 
@@ -164,7 +165,7 @@ def _one_peak(out: dict[str, Any], ok: pd.DataFrame) -> None:
     first = ok[ok["mfu_peak"] == out["mfu_peak"]].iloc[0]
     if is_missing(out.get("mfu_datasheet")) or is_missing(first["mfu_datasheet"]) or not first["mfu_datasheet"] > 0:
         return
-    out["mfu"] = out["mfu_datasheet"] * first["mfu"] / first["mfu_datasheet"]
+    out[rec.MFU] = out["mfu_datasheet"] * first[rec.MFU] / first["mfu_datasheet"]
 
 
 def _rates_over_step(out: dict[str, Any], ok: pd.DataFrame) -> None:
@@ -172,27 +173,27 @@ def _rates_over_step(out: dict[str, Any], ok: pd.DataFrame) -> None:
     step (s) in every table and plot; a loader's rate is what it delivered and stays as recorded."""
     if f"extra.{DELIVERED_RATE}" in ok and ok[f"extra.{DELIVERED_RATE}"].notna().any():
         return
-    if is_missing(out["samples_per_step"]) or not out["step_time_s"] > 0:
+    if is_missing(out[rec.SAMPLES_PER_STEP]) or not out[rec.STEP_TIME_S] > 0:
         return
-    recorded = out["samples_per_s_per_gpu"]
-    out["samples_per_s_per_gpu"] = out["samples_per_step"] / out["step_time_s"]
+    recorded = out[rec.SAMPLES_PER_S_PER_GPU]
+    out[rec.SAMPLES_PER_S_PER_GPU] = out[rec.SAMPLES_PER_STEP] / out[rec.STEP_TIME_S]
     world = out.get("world_size")
-    out["samples_per_s"] = out["samples_per_s_per_gpu"] * (1 if is_missing(world) else world)
-    for mfu in ("mfu", "mfu_datasheet"):
+    out[rec.SAMPLES_PER_S] = out[rec.SAMPLES_PER_S_PER_GPU] * (1 if is_missing(world) else world)
+    for mfu in (rec.MFU, "mfu_datasheet"):
         if not is_missing(out.get(mfu)) and not is_missing(recorded) and recorded > 0:
-            out[mfu] *= out["samples_per_s_per_gpu"] / recorded
+            out[mfu] *= out[rec.SAMPLES_PER_S_PER_GPU] / recorded
 
 
 def _loss_repeats(ok: pd.DataFrame) -> list[list[float]]:
     """The loss curves measured in the run of the point's first curve (the one its tables show), that
     one first: the same code and data measured again (another run's may be other code)."""
-    if "losses" not in ok or "run_id" not in ok:
+    if rec.LOSSES not in ok or "run_id" not in ok:
         return []
-    trained = ok[ok["losses"].map(_has_losses)]
+    trained = ok[ok[rec.LOSSES].map(_has_losses)]
     if trained.empty:
         return []
     same_run = trained[trained["run_id"] == trained["run_id"].iloc[0]]
-    return [list(losses) for losses in same_run["losses"]]
+    return [list(losses) for losses in same_run[rec.LOSSES]]
 
 
 def _has_losses(series: Any) -> bool:
@@ -266,18 +267,18 @@ def suite_varying(summary: pd.DataFrame, suite: str) -> list[str]:
 
 
 #: the sweep table's columns, in display order (the knobs and params that vary follow them)
-SWEEP_COLUMNS = ("name", "status", "repeats", "step_time_s", "step_time_p10_s", "step_time_p90_s", "step_time_cv",
-                 "samples_per_s_per_gpu", *FIGURES, "peak_mem_allocated_gib", "peak_mem_reserved_gib",
-                 "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "warmup_detected", "notes",
-                 "reason", "history")
+SWEEP_COLUMNS = ("name", "status", "repeats", rec.STEP_TIME_S, rec.STEP_TIME_P10_S, rec.STEP_TIME_P90_S,
+                 rec.STEP_TIME_CV, rec.SAMPLES_PER_S_PER_GPU, *FIGURES, rec.PEAK_MEM_ALLOCATED_GIB,
+                 rec.PEAK_MEM_RESERVED_GIB, rec.PEAK_HOST_RSS_GIB, rec.MFU, "mfu_peak", "mfu_datasheet", "fidelity",
+                 "warmup_detected", "notes", "reason", "history")
 #: a decoder point's sweep row: its figures are its latency and CPU (the report's Decoders section)
-DECODE_SWEEP_COLUMNS = ("name", "status", "repeats", "peak_host_rss_gib", "notes", "reason", "history")
+DECODE_SWEEP_COLUMNS = ("name", "status", "repeats", rec.PEAK_HOST_RSS_GIB, "notes", "reason", "history")
 #: a decoder's key figures, for a terminal: its latency, CPU and delivered rate, no step
 DECODE_KEY_COLUMNS = ("name", "status", "extra.view_latency_ms_median", "extra.cpu_s_per_sample",
                       f"extra.{DELIVERED_RATE}", "notes", "reason", "history")
 #: the key figures, for a terminal
-KEY_COLUMNS = ("name", "status", "step_time_s", "samples_per_s_per_gpu", *FIGURES, "peak_mem_allocated_gib",
-               "peak_host_rss_gib", "mfu", "mfu_peak", "mfu_datasheet", "fidelity", "notes", "reason", "history")
+KEY_COLUMNS = ("name", "status", rec.STEP_TIME_S, rec.SAMPLES_PER_S_PER_GPU, *FIGURES, rec.PEAK_MEM_ALLOCATED_GIB,
+               rec.PEAK_HOST_RSS_GIB, rec.MFU, "mfu_peak", "mfu_datasheet", "fidelity", "notes", "reason", "history")
 
 
 def decodes(points: pd.DataFrame) -> bool:
@@ -292,9 +293,9 @@ def sweep_table(points: pd.DataFrame, columns: Sequence[str] = SWEEP_COLUMNS) ->
     if points.empty:
         return pd.DataFrame()
     varying = varying_columns(points, knob_columns(points) + param_columns(points))
-    device_memory = "peak_mem_allocated_gib" in points and points["peak_mem_allocated_gib"].notna().any()
+    device_memory = rec.PEAK_MEM_ALLOCATED_GIB in points and points[rec.PEAK_MEM_ALLOCATED_GIB].notna().any()
     shown = [c for c in columns if c in points and points[c].map(lambda v: not is_missing(v) and v != "").any()
-             and not (c == "peak_host_rss_gib" and device_memory)]
+             and not (c == rec.PEAK_HOST_RSS_GIB and device_memory)]
     table = points[shown + [c for c in varying if c not in shown]].reset_index(drop=True)
     return say_absent(table, table["status"] == Status.OK)
 
@@ -303,7 +304,8 @@ def device_word(points: pd.DataFrame) -> str:
     """What a rate is per: "GPU" for points run on GPUs, else "device" (a process on CPU)."""
     if "device" in points and points["device"].notna().any():
         return "GPU" if (points["device"] == "cuda").any() else "device"
-    return "GPU" if "peak_mem_allocated_gib" in points and points["peak_mem_allocated_gib"].notna().any() else "device"
+    on_device = rec.PEAK_MEM_ALLOCATED_GIB in points and points[rec.PEAK_MEM_ALLOCATED_GIB].notna().any()
+    return "GPU" if on_device else "device"
 
 
 def config_columns(summary: pd.DataFrame, knob: str) -> list[str]:
@@ -353,8 +355,8 @@ def effective_throughput(summary: pd.DataFrame, knob: str = "mbs", headroom_gib:
     value above it that is not and why (or that the search stopped at its ``search_max``), and
     the throughput ratio to the first configuration.
     """
-    columns = ["configuration", "largest_ok", "samples_per_s_per_gpu", "step_time_s",
-               "peak_mem_reserved_gib", "first_failing", "ratio"]
+    columns = ["configuration", "largest_ok", rec.SAMPLES_PER_S_PER_GPU, rec.STEP_TIME_S,
+               rec.PEAK_MEM_RESERVED_GIB, "first_failing", "ratio"]
     rows = []
     for name, points in configurations(summary, knob):
         why = pd.Series([infeasibility(row["status"], row, headroom_gib, zero_retries) for _, row in points.iterrows()],
@@ -372,14 +374,14 @@ def effective_throughput(summary: pd.DataFrame, knob: str = "mbs", headroom_gib:
         rows.append({
             "configuration": name,
             "largest_ok": best[knob] if best is not None else None,
-            "samples_per_s_per_gpu": best["samples_per_s_per_gpu"] if best is not None else np.nan,
-            "step_time_s": best["step_time_s"] if best is not None else np.nan,
-            "peak_mem_reserved_gib": best["peak_mem_reserved_gib"] if best is not None else np.nan,
+            rec.SAMPLES_PER_S_PER_GPU: best[rec.SAMPLES_PER_S_PER_GPU] if best is not None else np.nan,
+            rec.STEP_TIME_S: best[rec.STEP_TIME_S] if best is not None else np.nan,
+            rec.PEAK_MEM_RESERVED_GIB: best[rec.PEAK_MEM_RESERVED_GIB] if best is not None else np.nan,
             "first_failing": first_failing,
         })
     table = pd.DataFrame(rows, columns=columns)
     if len(table):
-        table["ratio"] = table["samples_per_s_per_gpu"] / table["samples_per_s_per_gpu"].iloc[0]
+        table["ratio"] = table[rec.SAMPLES_PER_S_PER_GPU] / table[rec.SAMPLES_PER_S_PER_GPU].iloc[0]
     return table
 
 
@@ -397,7 +399,7 @@ def in_label_order(points: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
 def equivalent_groups(summary: pd.DataFrame, label_groups: Sequence[Sequence[str]] | None = None) -> list[pd.DataFrame]:
     """Groups of ok points with losses that should train alike: the suite's label groups if given,
     else points equal in every knob and param except compile and CUDA graphs."""
-    ok = summary[(summary["status"] == Status.OK) & summary["losses"].map(_has_losses)]
+    ok = summary[(summary["status"] == Status.OK) & summary[rec.LOSSES].map(_has_losses)]
     if label_groups:
         # in the suite's order: the first label named is the reference the others follow
         groups = [in_label_order(ok[ok["label"].isin(labels)], labels) for labels in label_groups]
@@ -417,7 +419,7 @@ def with_repeats(group: pd.DataFrame) -> pd.DataFrame:
         rows.append(point.to_dict())
         repeats = point.get("loss_repeats")
         if isinstance(repeats, list) and len(repeats) > 1:
-            rows += [{**point.to_dict(), "name": f"{point['name']} (repeat {j})", "losses": losses,
+            rows += [{**point.to_dict(), "name": f"{point['name']} (repeat {j})", rec.LOSSES: losses,
                       "repeat_of": point["name"]} for j, losses in enumerate(repeats[1:], 2)]
     return pd.DataFrame(rows) if len(rows) > len(group) else group
 
@@ -431,8 +433,8 @@ def runs_of(group: pd.DataFrame, name: str) -> np.ndarray:
     """The loss curves of the group's point ``name``, one row a run: its own and, where it was measured
     again (:func:`with_repeats`), its repeats' (only its own where their lengths differ)."""
     own = group["name"] == name
-    mine = np.asarray(group.loc[own, "losses"].iloc[0], dtype=float)
-    runs = [np.asarray(x, dtype=float) for x in group.loc[(repeat_of(group) == name).to_numpy(), "losses"]]
+    mine = np.asarray(group.loc[own, rec.LOSSES].iloc[0], dtype=float)
+    runs = [np.asarray(x, dtype=float) for x in group.loc[(repeat_of(group) == name).to_numpy(), rec.LOSSES]]
     return np.vstack([mine, *runs]) if all(r.size == mine.size for r in runs) else mine[None]
 
 
@@ -455,12 +457,12 @@ def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = L
     when at every step the span of its runs meets :func:`reference_band` of the first point's runs
     (the two cannot be told apart beyond the tolerance). A repeat's own row says where that run lies: the
     first point's from the first run, a member's against the band."""
-    reference = np.asarray(group["losses"].iloc[0], dtype=float)
+    reference = np.asarray(group[rec.LOSSES].iloc[0], dtype=float)
     first = str(group["name"].iloc[0])
     runs = reference_runs(group)
     rows = []
     for (_, row), of in zip(group.iterrows(), repeat_of(group), strict=True):
-        losses = np.asarray(row["losses"], dtype=float)
+        losses = np.asarray(row[rec.LOSSES], dtype=float)
         check = compare_losses(reference, losses, first, str(row["name"]), rtol=rtol, atol=atol)
         within = "yes" if check.passed else f"no ({check.message})"
         if row["name"] != first and of != first:

@@ -36,6 +36,7 @@ import torch.distributed as dist
 from torch import nn
 
 from benchbay.knobs import precision, recompute
+from benchbay.record import COMPUTE_GRADIENT_COSINE
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
     from benchbay.workloads.base import ModelParts, TrainingWorkload
@@ -168,7 +169,7 @@ class ComputeFidelity:
         if not self.figures:
             return {"extra": extra} if extra else {}
         by_group, overall = self.figures["groups"], self.figures["overall"]
-        return {"metrics": {"compute_gradient_cosine": overall["cosine"],
+        return {"metrics": {COMPUTE_GRADIENT_COSINE: overall["cosine"],
                             "compute_gradient_error": overall["relative_error"],
                             "compute_sampled_tensors": overall["tensors"]},
                 "extra": {**extra, "compute_fidelity": verdict(by_group, overall),

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from benchbay.collect import Collector, Figures, Window, nvml
+from benchbay.record import ENERGY_J_PER_SAMPLE, ENERGY_WATTS
 
 RAPL = Path("/sys/class/powercap")
 
@@ -58,8 +59,8 @@ class EnergyMeter(Collector):
 
     def figures(self, window: Window) -> Figures:
         if self._joules is not None:
-            metrics = {"energy_j_per_sample": self._joules / window.samples,
-                       "energy_watts": self._joules / self._seconds} if self._seconds and window.samples else {}
+            metrics = {ENERGY_J_PER_SAMPLE: self._joules / window.samples,
+                       ENERGY_WATTS: self._joules / self._seconds} if self._seconds and window.samples else {}
             return Figures(metrics=metrics, extra={"energy_source": self.source})
         what = "NVML's energy counter" if self.source == "nvml" else "RAPL (/sys/class/powercap)"
         return Figures(extra={"energy_absent": f"{what} not readable here"})

@@ -21,6 +21,7 @@ from torch import nn
 from benchbay.analysis.update_fidelity import verdict
 from benchbay.collect.compute_fidelity import ComputeFidelity
 from benchbay.knobs.adam import AdamHyper, local_tensor
+from benchbay.record import UPDATE_APPLIED_SHARE, UPDATE_APPLIED_SHARE_SE, UPDATE_LOST_SHARE
 
 #: elements sampled from each trainable tensor (all of a smaller one)
 PER_TENSOR = 256
@@ -107,8 +108,8 @@ class UpdateFidelity:
         se = math.sqrt(float((ref.square() * residual.square()).sum())) / norm
         moved = ref != 0
         lost = float(((applied == 0) & moved).sum()) / max(int(moved.sum()), 1)
-        return {"metrics": {"update_applied_share": share, "update_applied_share_se": se,
-                            "update_lost_share": lost, "fidelity_sampled_elements": self.elements},
+        return {"metrics": {UPDATE_APPLIED_SHARE: share, UPDATE_APPLIED_SHARE_SE: se,
+                            UPDATE_LOST_SHARE: lost, "fidelity_sampled_elements": self.elements},
                 "extra": {"fidelity": verdict(share, se),
                           "fidelity_sample": (f"{PER_TENSOR} strided elements (all of smaller ones) of each of "
                                               f"{self.tensors} trainable tensors, {self.elements} in all, against "

@@ -8,6 +8,17 @@ import psutil
 import torch
 
 from benchbay.collect import Collector, Figures, Window, nvml
+from benchbay.record import (
+    ALLOC_RETRIES,
+    DEVICE_MEM_TOTAL_GIB,
+    HOST_RSS_GIB,
+    MEM_ALLOCATED_GIB,
+    MEM_RESERVED_GIB,
+    NVML_MEM_USED_GIB,
+    PEAK_HOST_RSS_GIB,
+    PEAK_MEM_ALLOCATED_GIB,
+    PEAK_MEM_RESERVED_GIB,
+)
 
 GIB = 1024**3
 
@@ -21,11 +32,11 @@ def reset(device: torch.device) -> None:
 def peak(device: torch.device) -> dict[str, float | int | None]:
     """Peaks since the last ``reset`` (allocator counters miss the CUDA context: NVML shows it)."""
     out: dict[str, float | int | None] = {
-        "peak_mem_allocated_gib": None, "peak_mem_reserved_gib": None, "alloc_retries": None,
-        "num_ooms": None, "device_mem_total_gib": None, "nvml_mem_used_gib": None,
-        "host_rss_gib": psutil.Process().memory_info().rss / GIB,
+        PEAK_MEM_ALLOCATED_GIB: None, PEAK_MEM_RESERVED_GIB: None, ALLOC_RETRIES: None,
+        "num_ooms": None, DEVICE_MEM_TOTAL_GIB: None, NVML_MEM_USED_GIB: None,
+        HOST_RSS_GIB: psutil.Process().memory_info().rss / GIB,
         # the process's peak since it started (the OS keeps no window): a CPU point's peak memory
-        "peak_host_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
+        PEAK_HOST_RSS_GIB: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
     }
     if device.type == "cuda":
         stats = torch.cuda.memory_stats(device)
@@ -43,12 +54,12 @@ def peak(device: torch.device) -> dict[str, float | int | None]:
 def current(device: torch.device) -> dict[str, float | None]:
     """Memory in use right now (recorded with an OOM)."""
     if device.type != "cuda":
-        return {"mem_allocated_gib": None, "mem_reserved_gib": None,
-                "host_rss_gib": psutil.Process().memory_info().rss / GIB}
-    return {"mem_allocated_gib": torch.cuda.memory_allocated(device) / GIB,
-            "mem_reserved_gib": torch.cuda.memory_reserved(device) / GIB,
-            "peak_mem_allocated_gib": torch.cuda.max_memory_allocated(device) / GIB,
-            "device_mem_total_gib": torch.cuda.get_device_properties(device).total_memory / GIB}
+        return {MEM_ALLOCATED_GIB: None, MEM_RESERVED_GIB: None,
+                HOST_RSS_GIB: psutil.Process().memory_info().rss / GIB}
+    return {MEM_ALLOCATED_GIB: torch.cuda.memory_allocated(device) / GIB,
+            MEM_RESERVED_GIB: torch.cuda.memory_reserved(device) / GIB,
+            PEAK_MEM_ALLOCATED_GIB: torch.cuda.max_memory_allocated(device) / GIB,
+            DEVICE_MEM_TOTAL_GIB: torch.cuda.get_device_properties(device).total_memory / GIB}
 
 
 class PeakMemory(Collector):

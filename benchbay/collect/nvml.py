@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 
+from benchbay.record import GPU_POWER_W, GPU_SM_CLOCK_MHZ, GPU_UTIL
+
 GIB = 1024**3
 
 
@@ -69,9 +71,9 @@ def sample(index: int) -> dict[str, float]:
     if handle is None:
         return {}
     out = {}
-    for key, read in (("gpu_util", lambda: lib.nvmlDeviceGetUtilizationRates(handle).gpu),
-                      ("gpu_power_w", lambda: lib.nvmlDeviceGetPowerUsage(handle) / 1e3),
-                      ("gpu_sm_clock_mhz", lambda: lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM))):
+    for key, read in ((GPU_UTIL, lambda: lib.nvmlDeviceGetUtilizationRates(handle).gpu),
+                      (GPU_POWER_W, lambda: lib.nvmlDeviceGetPowerUsage(handle) / 1e3),
+                      (GPU_SM_CLOCK_MHZ, lambda: lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM))):
         try:
             out[key] = float(read())
         except Exception:

@@ -12,6 +12,17 @@ import psutil
 
 from benchbay.analysis.stats import coefficient_of_variation
 from benchbay.collect import Collector, Figures, Window, nvml
+from benchbay.record import (
+    CHILD_CPU_UTIL,
+    CHILD_CPU_UTIL_MEAN,
+    CPU_UTIL,
+    CPU_UTIL_CV,
+    CPU_UTIL_MEAN,
+    CPU_UTIL_T,
+    GPU_POWER_W,
+    GPU_SM_CLOCK_MHZ,
+    GPU_UTIL,
+)
 
 
 def _live_children_cpu(proc: psutil.Process) -> dict[tuple[int, float], float]:
@@ -57,7 +68,7 @@ class SystemSampler(Collector):
         self.gpu_index = gpu_index
         self.interval_s = interval_s
         # cpu_util: this process and its children; child_cpu_util: the children alone (loader workers)
-        self.series: dict[str, list[float]] = {"cpu_util_t": [], "cpu_util": [], "child_cpu_util": []}
+        self.series: dict[str, list[float]] = {CPU_UTIL_T: [], CPU_UTIL: [], CHILD_CPU_UTIL: []}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -79,9 +90,9 @@ class SystemSampler(Collector):
             now, own, children = time.perf_counter(), sum(proc.cpu_times()[:2]), children_cpu.seconds()
             elapsed = max(now - last_t, 1e-9)
             # percent of one core, as top shows it: 200% = two cores busy
-            self.series["cpu_util"].append(100.0 * (own + children - last_own - last_children) / elapsed)
-            self.series["child_cpu_util"].append(100.0 * (children - last_children) / elapsed)
-            self.series["cpu_util_t"].append(now - start)
+            self.series[CPU_UTIL].append(100.0 * (own + children - last_own - last_children) / elapsed)
+            self.series[CHILD_CPU_UTIL].append(100.0 * (children - last_children) / elapsed)
+            self.series[CPU_UTIL_T].append(now - start)
             last_t, last_own, last_children = now, own, children
             if self.gpu_index is not None:
                 for key, value in nvml.sample(self.gpu_index).items():
@@ -91,13 +102,13 @@ class SystemSampler(Collector):
         return Figures(metrics=self.summary(), series=dict(self.series))
 
     def summary(self) -> dict[str, float | None]:
-        util = self.series["cpu_util"]
+        util = self.series[CPU_UTIL]
         mean = statistics.fmean(util) if util else None
         cv = coefficient_of_variation(util)
-        children = self.series["child_cpu_util"]
-        out = {"cpu_util_mean": mean, "cpu_util_cv": None if math.isnan(cv) else cv,
-               "child_cpu_util_mean": statistics.fmean(children) if children else None}
-        for key in ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz"):
+        children = self.series[CHILD_CPU_UTIL]
+        out = {CPU_UTIL_MEAN: mean, CPU_UTIL_CV: None if math.isnan(cv) else cv,
+               CHILD_CPU_UTIL_MEAN: statistics.fmean(children) if children else None}
+        for key in (GPU_UTIL, GPU_POWER_W, GPU_SM_CLOCK_MHZ):
             values = self.series.get(key)
             out[f"{key}_mean"] = statistics.fmean(values) if values else None
         return out

@@ -12,6 +12,7 @@ import time
 import torch
 
 from benchbay.analysis.stats import coefficient_of_variation
+from benchbay.record import STEP_TIME_CV, STEP_TIME_MEAN_S, STEP_TIME_P10_S, STEP_TIME_P90_S, STEP_TIME_S
 
 
 class StepTimer:
@@ -49,16 +50,16 @@ def summarize(times: list[float]) -> dict[str, float | None]:
     """Median, mean, p10, p90 and coefficient of variation of step times (seconds); a CV needs
     two steps."""
     if not times:
-        return {"step_time_s": None, "step_time_mean_s": None, "step_time_p10_s": None,
-                "step_time_p90_s": None, "step_time_cv": None}
+        return {STEP_TIME_S: None, STEP_TIME_MEAN_S: None, STEP_TIME_P10_S: None,
+                STEP_TIME_P90_S: None, STEP_TIME_CV: None}
     ordered = sorted(times)
     cv = coefficient_of_variation(ordered)
     return {
-        "step_time_s": statistics.median(ordered),
-        "step_time_mean_s": statistics.fmean(times),
-        "step_time_p10_s": _quantile(ordered, 0.10),
-        "step_time_p90_s": _quantile(ordered, 0.90),
-        "step_time_cv": None if math.isnan(cv) else cv,
+        STEP_TIME_S: statistics.median(ordered),
+        STEP_TIME_MEAN_S: statistics.fmean(times),
+        STEP_TIME_P10_S: _quantile(ordered, 0.10),
+        STEP_TIME_P90_S: _quantile(ordered, 0.90),
+        STEP_TIME_CV: None if math.isnan(cv) else cv,
     }
 
 

@@ -24,6 +24,7 @@ import torch
 
 from benchbay.analysis.stats import coefficient_of_variation
 from benchbay.collect.system import SystemSampler, tree_cpu_seconds
+from benchbay.record import CPU_UTIL, CPU_UTIL_CV, CPU_UTIL_MEAN
 
 FRAME_TOLERANCE = 1.0
 THUMB_CELLS = 4
@@ -130,12 +131,12 @@ class CpuWindow:
     def summary(self) -> dict[str, float | None]:
         assert self._begin is not None and self._end is not None, "summary() after start() and stop()"
         wall, cpu = self._end[0] - self._begin[0], self._end[1] - self._begin[1]
-        util = self._sampler.series["cpu_util"]
+        util = self._sampler.series[CPU_UTIL]
         cv = coefficient_of_variation(util)
         return {"cpu_time_s": cpu, "cpu_wall_s": wall,
                 # the mean from the CPU seconds themselves; the samples give the spread
-                "cpu_util_mean": 100.0 * cpu / wall if wall > 0 else None,
-                "cpu_util_cv": None if math.isnan(cv) else cv,
+                CPU_UTIL_MEAN: 100.0 * cpu / wall if wall > 0 else None,
+                CPU_UTIL_CV: None if math.isnan(cv) else cv,
                 "cpu_util_samples": len(util)}
 
 

@@ -21,7 +21,16 @@ from typing import Any
 import psutil
 
 from benchbay.launch.base import Launch, Outcome, PointSpec, WorkerResult
-from benchbay.record import Status
+from benchbay.record import (
+    HOST_RSS_GIB,
+    PEAK_MEM_ALLOCATED_GIB,
+    PEAK_MEM_RESERVED_GIB,
+    SIGNAL,
+    STEP_TIME_P90_S,
+    STEP_TIME_RANK_SPREAD,
+    STEP_TIME_S,
+    Status,
+)
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
@@ -171,7 +180,7 @@ def _wait_dead(procs: list[psutil.Process]) -> None:
 
 
 #: each rank's own figures, kept in the record's ``ranks`` list
-RANK_FIGURES = ("step_time_s", "step_time_p90_s", "peak_mem_allocated_gib", "peak_mem_reserved_gib", "host_rss_gib")
+RANK_FIGURES = (STEP_TIME_S, STEP_TIME_P90_S, PEAK_MEM_ALLOCATED_GIB, PEAK_MEM_RESERVED_GIB, HOST_RSS_GIB)
 #: torchrun's summary of a failed group: every failed rank with its exit code (< 0: signal), the
 #: first one to fail ("Root Cause") last
 FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
@@ -188,8 +197,8 @@ def merge(done: Finished, timeout: float, world_size: int) -> Outcome:
     if worst is None or lost or (worst.status == Status.OK and (done.timed_out or len(results) < world_size)):
         out = _no_result(done, timeout, partial=len(results), lost=lost)
     elif worst.status == Status.OK:
-        out = Outcome.from_result(max(results, key=lambda r: r.metrics.get("step_time_s") or 0.0))
-        out.metrics["step_time_rank_spread"] = _rank_spread(results)
+        out = Outcome.from_result(max(results, key=lambda r: r.metrics.get(STEP_TIME_S) or 0.0))
+        out.metrics[STEP_TIME_RANK_SPREAD] = _rank_spread(results)
     else:
         out = Outcome.from_result(worst)
         if world_size > 1 and out.status != Status.SKIPPED and out.reason:  # every rank skips alike
@@ -216,7 +225,7 @@ def _lost_rank(tail: str, results: list[WorkerResult]) -> tuple[int, int, bool] 
 
 def _rank_spread(ok: list[WorkerResult]) -> float | None:
     """(slowest - fastest) / median of the ranks' step times: how unevenly the ranks ran."""
-    times = sorted(t for r in ok if (t := r.metrics.get("step_time_s")))
+    times = sorted(t for r in ok if (t := r.metrics.get(STEP_TIME_S)))
     if not times:
         return None
     return (times[-1] - times[0]) / statistics.median(times)
@@ -229,7 +238,7 @@ def _no_result(done: Finished, timeout: float, partial: int,
 
     def crash(reason: str, signal_number: int | None = None) -> Outcome:
         if signal_number is not None:
-            metrics["signal"] = _signal_name(signal_number)
+            metrics[SIGNAL] = _signal_name(signal_number)
         return Outcome(status=Status.CRASH, reason=reason, metrics=metrics, extra={"log_tail": tail})
 
     if done.timed_out:

@@ -37,7 +37,22 @@ from benchbay.collect.timing import StepTimer, summarize
 from benchbay.launch.base import PointSpec, WorkerResult
 from benchbay.launch.harness import StepHarness, harness_for
 from benchbay.launch.process import PHASE_MARK, die_with_parent
-from benchbay.record import Status
+from benchbay.record import (
+    BUILD_S,
+    DATA_WAIT_S,
+    DATA_WAIT_SHARE,
+    DATA_WAITS_S,
+    FIRST_STEP_S,
+    FLOPS_PER_SAMPLE,
+    LOADER_S,
+    LOSSES,
+    MEASURED_STEPS,
+    SAMPLES_PER_S_PER_GPU,
+    SAMPLES_PER_STEP,
+    STEP_TIMES_S,
+    WARMUP_STEPS,
+    Status,
+)
 from benchbay.suite.model import MIN_BUDGETED_STEPS, Steps
 from benchbay.workloads import registry
 

@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from benchbay import knobs as knob_table
-from benchbay.record import FIGURES
+from benchbay.record import ENERGY_J_PER_SAMPLE, FIGURES, MFU, SAMPLES_PER_S, SAMPLES_PER_S_PER_GPU, STEP_TIME_S
 
 #: what a tune may optimise, each in its natural direction; any other figure of a record's metrics
 #: is accepted as ``{metric: NAME, direction: maximize|minimize}``. Cost per 1M samples needs the
 #: suite's ``price_per_gpu_hour``.
 OBJECTIVES: dict[str, Literal["maximize", "minimize"]] = {
-    "samples_per_s_per_gpu": "maximize", "samples_per_s": "maximize", "mfu": "maximize",
-    "step_time_s": "minimize", "energy_j_per_sample": "minimize", "cost_per_m_samples": "minimize"}
+    SAMPLES_PER_S_PER_GPU: "maximize", SAMPLES_PER_S: "maximize", MFU: "maximize",
+    STEP_TIME_S: "minimize", ENERGY_J_PER_SAMPLE: "minimize", "cost_per_m_samples": "minimize"}
 #: objectives that are throughput in another unit: a trial's first steps can be stopped on them
-THROUGHPUT = ("samples_per_s_per_gpu", "samples_per_s", "mfu", "step_time_s", "cost_per_m_samples")
+THROUGHPUT = (SAMPLES_PER_S_PER_GPU, SAMPLES_PER_S, MFU, STEP_TIME_S, "cost_per_m_samples")
 MAX_TRIALS = 10_000
 MAX_DEVICE_SECONDS = 30 * 24 * 3600.0
 _KEYS = {"space", "objective", "constraints", "trials", "device_seconds", "confirm", "early_stop", "seed", "start"}
@@ -40,7 +40,7 @@ class IntRange:
 
 @dataclass(frozen=True)
 class Objective:
-    metric: str = "samples_per_s_per_gpu"
+    metric: str = SAMPLES_PER_S_PER_GPU
     direction: Literal["maximize", "minimize"] = "maximize"
 
     def better(self, a: float, b: float) -> bool:
@@ -102,7 +102,7 @@ def check(node: Any, workload_cls: type | None, fixed: Mapping[str, Any], price:
         if key not in _KEYS:
             error(f"tune.{key}", f"one of {sorted(_KEYS)}")
     space = _space(node.get("space"), workload_cls, fixed, error)
-    objective = _objective(node.get("objective", "samples_per_s_per_gpu"), price, error)
+    objective = _objective(node.get("objective", SAMPLES_PER_S_PER_GPU), price, error)
     constraints = _constraints(node.get("constraints", {}), error)
     trials = node.get("trials")
     if trials is not None and not (_integer(trials) and 1 <= trials <= MAX_TRIALS):

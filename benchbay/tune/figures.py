@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from benchbay.analysis.plots import save
 from benchbay.document import Block, Heading, Image, Table, Text
+from benchbay.record import PEAK_MEM_RESERVED_GIB
 
 
 def tune_blocks(result: dict[str, Any], stem: str, out_dir: Path) -> list[Block]:
@@ -64,7 +65,7 @@ def _summary(result: dict[str, Any], metric: str, direction: str) -> str:
     if isinstance(best, dict):
         knobs = ", ".join(f"{k}={v}" for k, v in best["knobs"].items())
         figures = best.get("metrics") if isinstance(best.get("metrics"), dict) else {}
-        peak = figures.get("peak_mem_reserved_gib")
+        peak = figures.get(PEAK_MEM_RESERVED_GIB)
         ties = best.get("ties") or []
         parts.append(f"**Best: trial {best.get('trial')}** ({knobs}): {metric} {_num(best.get('objective'))}"
                      + (f", peak {_num(peak)} GiB reserved" if peak is not None else "")
@@ -121,7 +122,7 @@ def best_so_far(trials: list[dict[str, Any]], metric: str, direction: str, path:
 
 
 def pareto_figure(trials: list[dict[str, Any]], front: list[dict[str, Any]], metric: str, path: Path) -> Path | None:
-    points = [(t.get("peak_mem_reserved_gib"), t.get("objective"), bool(t.get("feasible"))) for t in trials]
+    points = [(t.get(PEAK_MEM_RESERVED_GIB), t.get("objective"), bool(t.get("feasible"))) for t in trials]
     points = [(m, v, f) for m, v, f in points if isinstance(m, (int, float)) and isinstance(v, (int, float))]
     if not points:
         return None
@@ -131,7 +132,7 @@ def pareto_figure(trials: list[dict[str, Any]], front: list[dict[str, Any]], met
         chosen = [(m, v) for m, v, f in points if f is feasible]
         if chosen:
             ax.scatter(*zip(*chosen, strict=True), marker=marker, c=color, s=22, label=label, zorder=3)
-    line = [(p.get("peak_mem_reserved_gib"), p.get("objective")) for p in front]
+    line = [(p.get(PEAK_MEM_RESERVED_GIB), p.get("objective")) for p in front]
     line = [(m, v) for m, v in line if isinstance(m, (int, float)) and isinstance(v, (int, float))]
     if line:
         ax.plot(*zip(*line, strict=True), "k-", lw=1, label="Pareto front", zorder=2)
@@ -193,7 +194,7 @@ def _trials_table(trials: list[dict[str, Any]], metric: str) -> pd.DataFrame:
     for t in trials:
         knobs = t.get("knobs") if isinstance(t.get("knobs"), dict) else {}
         rows.append({"trial": t.get("trial"), **{k: str(v) for k, v in knobs.items()}, "status": t.get("status"),
-                     metric: _num(t.get("objective")), "peak GiB": _num(t.get("peak_mem_reserved_gib")),
+                     metric: _num(t.get("objective")), "peak GiB": _num(t.get(PEAK_MEM_RESERVED_GIB)),
                      "predicted GiB": _num(t.get("predicted_peak_gib")), "fidelity": t.get("fidelity") or "",
                      "feasible": "yes" if t.get("feasible") else f"no: {t.get('why') or ''}",
                      "early stop": "yes" if t.get("stopped_early") else "", "device s": _num(t.get("device_s"))})

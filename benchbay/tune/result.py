@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from benchbay import store
+from benchbay.record import PEAK_MEM_RESERVED_GIB
 
 RESULT = "tune.json"
 #: the top-level keys a reader relies on, and their JSON types
@@ -63,7 +64,7 @@ def emit_suite(run: Path, path: str | Path) -> Path:
     best = result["best"]
     name = f"{str(raw.get('name', 'suite')).removesuffix('-tune')}-tuned"  # wallx-tune -> wallx-tuned
     metric, value = (result.get("objective") or {}).get("metric"), best.get("objective")
-    peak = (best.get("metrics") or {}).get("peak_mem_reserved_gib")
+    peak = (best.get("metrics") or {}).get(PEAK_MEM_RESERVED_GIB)
     figures = ", ".join(filter(None, [
         f"{metric} {value:.4g} (mean of {best.get('runs', 1)} processes)" if isinstance(value, (int, float)) else "",
         f"peak {peak:.1f} GiB reserved" if isinstance(peak, (int, float)) else ""]))

@@ -37,7 +37,14 @@ from benchbay import store
 from benchbay.analysis.cost import cost_per_million_samples
 from benchbay.launch.worker import EARLY_STEPS
 from benchbay.progress import describe
-from benchbay.record import Record, Status
+from benchbay.record import (
+    ALLOC_RETRIES,
+    DEVICE_MEM_TOTAL_GIB,
+    PEAK_MEM_RESERVED_GIB,
+    SAMPLES_PER_S_PER_GPU,
+    Record,
+    Status,
+)
 from benchbay.runner import SuiteRunner, Unwritable, cannot_run, sigterm_as_interrupt
 from benchbay.suite.model import Point, Suite, excluded_by
 from benchbay.suite.tune import THROUGHPUT, IntRange, Tune
@@ -138,7 +145,7 @@ class Tuner(ConfirmStage):
     def objective_of(self, record: Record) -> float | None:
         m, metric = record.metrics, self.tune.objective.metric
         if metric == "cost_per_m_samples":
-            rate = m.get("samples_per_s_per_gpu")
+            rate = m.get(SAMPLES_PER_S_PER_GPU)
             value = cost_per_million_samples(rate, self.suite.price_per_gpu_hour) if rate else None
         else:
             value = m.get(metric)
@@ -160,11 +167,11 @@ class Tuner(ConfirmStage):
         if c.faithful and record.extra.get("compute_fidelity") == "lossy":  # fast gradients that are wrong
             violation += 1.0
             why.append(f"compute fidelity lossy (gradient cosine {_fmt(m.get('compute_gradient_cosine'))})")
-        peak = m.get("peak_mem_reserved_gib")
+        peak = m.get(PEAK_MEM_RESERVED_GIB)
         if c.max_peak_gib is not None and peak is not None and peak > c.max_peak_gib:
             violation += (peak - c.max_peak_gib) / c.max_peak_gib
             why.append(f"peak {peak:.1f} GiB over {c.max_peak_gib:g}")
-        if c.zero_retries and m.get("alloc_retries"):
+        if c.zero_retries and m.get(ALLOC_RETRIES):
             violation += 0.5
             why.append(f"{m['alloc_retries']} allocator retries")
         return value, violation, "; ".join(why)
@@ -173,11 +180,11 @@ class Tuner(ConfirmStage):
         value, violation, why = self.judge(record)
         trial = Trial(number, params, record, value, violation == 0.0 and value is not None, violation, why)
         if BATCH in params:
-            if self.memory.capacity_gib is None and record.metrics.get("device_mem_total_gib"):
-                total = record.metrics["device_mem_total_gib"]
+            if self.memory.capacity_gib is None and record.metrics.get(DEVICE_MEM_TOTAL_GIB):
+                total = record.metrics[DEVICE_MEM_TOTAL_GIB]
                 limit = self.tune.constraints.max_peak_gib
                 self.memory.capacity_gib = min(total, limit) if limit else total
-            self.memory.observe(self._rest(params), params[BATCH], record.metrics.get("peak_mem_reserved_gib"),
+            self.memory.observe(self._rest(params), params[BATCH], record.metrics.get(PEAK_MEM_RESERVED_GIB),
                                 record.status == Status.OOM)
         return trial
 
@@ -391,7 +398,7 @@ class Tuner(ConfirmStage):
         best = self.best()
         if self.tune.early_stop is None or best is None or self.tune.objective.metric not in THROUGHPUT:
             return None
-        rate = best.record.metrics.get("samples_per_s_per_gpu")
+        rate = best.record.metrics.get(SAMPLES_PER_S_PER_GPU)
         return self.tune.early_stop * rate if rate else None
 
     # ---- what the tune leaves ------------------------------------------------------------------

@@ -8,7 +8,19 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from benchbay.record import Record, Status
+from benchbay.record import (
+    ENERGY_J_PER_SAMPLE,
+    MFU,
+    PEAK_MEM_ALLOCATED_GIB,
+    PEAK_MEM_RESERVED_GIB,
+    SAMPLES_PER_S_PER_GPU,
+    STEP_TIME_CV,
+    STEP_TIME_MEAN_S,
+    STEP_TIME_S,
+    UPDATE_APPLIED_SHARE,
+    Record,
+    Status,
+)
 from benchbay.suite.tune import IntRange, Tune
 from benchbay.tune.memory import MemoryModel
 
@@ -37,8 +49,8 @@ class Trial:
         return {"trial": self.number, "label": self.record.label, "point_id": self.record.point_id,
                 "knobs": self.params, "status": str(self.record.status), "objective": self.value,
                 "feasible": self.feasible, "why": self.why or None,
-                "samples_per_s_per_gpu": m.get("samples_per_s_per_gpu"),
-                "peak_mem_reserved_gib": m.get("peak_mem_reserved_gib"),
+                SAMPLES_PER_S_PER_GPU: m.get(SAMPLES_PER_S_PER_GPU),
+                PEAK_MEM_RESERVED_GIB: m.get(PEAK_MEM_RESERVED_GIB),
                 "predicted_peak_gib": predicted_gib,
                 "fidelity": self.record.extra.get("fidelity"), "stopped_early": self.stopped_early,
                 "device_s": self.record.duration_s, "started_at": self.record.started_at}
@@ -54,11 +66,11 @@ def distributions(space: dict[str, Any]) -> dict[str, Any]:
 def pareto(trials: list[Trial], direction: str) -> list[dict[str, Any]]:
     """The feasible trials no other beats on both the objective and peak reserved memory."""
     sign = 1 if direction == "maximize" else -1
-    points = [(t, sign * t.value, t.record.metrics.get("peak_mem_reserved_gib")) for t in trials if t.feasible]
+    points = [(t, sign * t.value, t.record.metrics.get(PEAK_MEM_RESERVED_GIB)) for t in trials if t.feasible]
     points = [(t, v, m) for t, v, m in points if m is not None]
     front = [(t, v, m) for t, v, m in points
              if not any(v2 >= v and m2 <= m and (v2 > v or m2 < m) for _, v2, m2 in points)]
-    return [{"trial": t.number, "objective": t.value, "peak_mem_reserved_gib": m, "knobs": t.params}
+    return [{"trial": t.number, "objective": t.value, PEAK_MEM_RESERVED_GIB: m, "knobs": t.params}
             for t, _, m in sorted(front, key=lambda x: x[2])]
 
 
@@ -76,7 +88,7 @@ def memory_errors(trials: list[Trial]) -> dict[str, Any]:
         if BATCH not in t.params or t.record.status not in (Status.OK, Status.OOM):
             continue
         predicted = model.predict(rest_of(t.params), t.params[BATCH])
-        peak = t.record.metrics.get("peak_mem_reserved_gib")
+        peak = t.record.metrics.get(PEAK_MEM_RESERVED_GIB)
         if predicted is not None:
             rows.append({"trial": t.number, "predicted_gib": predicted, "measured_gib": peak,
                          "status": str(t.record.status), "error_gib": None if peak is None else predicted - peak})
@@ -113,6 +125,6 @@ def importances(trials: list[Trial], tune: Tune) -> dict[str, float]:
 
 def key_metrics(record: Record) -> dict[str, Any]:
     m = record.metrics
-    keys = ("samples_per_s_per_gpu", "step_time_mean_s", "step_time_s", "peak_mem_allocated_gib",
-            "peak_mem_reserved_gib", "mfu", "energy_j_per_sample", "update_applied_share", "step_time_cv")
+    keys = (SAMPLES_PER_S_PER_GPU, STEP_TIME_MEAN_S, STEP_TIME_S, PEAK_MEM_ALLOCATED_GIB,
+            PEAK_MEM_RESERVED_GIB, MFU, ENERGY_J_PER_SAMPLE, UPDATE_APPLIED_SHARE, STEP_TIME_CV)
     return {**{k: m.get(k) for k in keys if m.get(k) is not None}, "fidelity": record.extra.get("fidelity")}

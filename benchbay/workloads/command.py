@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from benchbay.knobs import Choice
+from benchbay.record import LOSSES, PEAK_MEM_ALLOCATED_GIB, PEAK_MEM_RESERVED_GIB
 from benchbay.workloads.base import Workload
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
@@ -90,7 +91,7 @@ class Command(Workload):
         return PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
     def samples_per_step(self) -> int:
-        given = self.params[SAMPLES_PER_STEP]
+        given = self.params["samples_per_step"]
         if given is None:
             return self.mbs * int(os.environ.get("WORLD_SIZE", "1"))
         return int(self.fill(str(given)))
@@ -273,8 +274,8 @@ def check(params: dict[str, Any], error) -> None:
     known = {*GENERIC, *knobs, *SPECIAL}
     for where, text in [*((f"argv[{i}]", a) for i, a in enumerate(argv)),
                         *((f"env.{k}", str(v)) for k, v in env.items()),
-                        *([(SAMPLES_PER_STEP, str(params[SAMPLES_PER_STEP]))]
-                          if params.get(SAMPLES_PER_STEP) is not None else [])]:
+                        *([("samples_per_step", str(params["samples_per_step"]))]
+                          if params.get("samples_per_step") is not None else [])]:
         for name in re.findall(r"\{([^{}]*)\}", text):
             if name not in known or not PLACEHOLDER.fullmatch("{" + name + "}"):
                 error(f"workload.params.{where}", f"placeholders naming a knob ({sorted(known)}), got {{{name}}}")

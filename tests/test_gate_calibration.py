@@ -51,7 +51,8 @@ def test_the_doc_holds_the_results_figures_and_says_when_the_pool_was_short(tmp_
     assert result.repeats_asked > result.repeats == 3  # 30% between processes: more than the pool holds
     text = write_doc(result, tmp_path / "cal.md", "python -m benchbay.analysis.gate_calibration --draws 40").read_text()
     assert text.startswith("# Gate calibration") and "--draws 40" in text
-    assert f"| repeats a side the gate asks for (alpha 5%, power 95%) | {result.repeats_asked} |" in text
+    asked = "repeats a side the gate asks for (alpha 5%, power 95% at 80% of the threshold)"
+    assert f"| {asked} | {result.repeats_asked} |" in text
     assert f"| A/A false alarms (gate failed identical code) | {result.false_alarms}/40 = " in text
     assert f"| A/B detections (gate failed the slowed code) | {result.caught}/40 = " in text
     assert f"| between-process CV of same (sd of log values) | {result.between_cv:.1%} |" in text

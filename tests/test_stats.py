@@ -8,6 +8,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from benchbay.analysis.stats import (
+    SIZING_MARGIN,
     STATISTICS,
     bootstrap_ratio,
     change_points,
@@ -135,18 +136,19 @@ def test_earlier_runs_lend_their_spread_and_one_process_a_side_has_none():
 
 
 def test_repeats_needed_reach_their_power():
-    """At the repeats it names, a simulated two-sided t-test on log process values (scipy) finds the
-    change about 95% of the time; one repeat fewer, less often."""
+    """At the repeats it names, a simulated two-sided t-test on log process values (scipy) finds a
+    change of its sizing margin's share about 95% of the time, one repeat fewer less often, and the
+    whole change nearly always."""
     rng = np.random.default_rng(12)
     sd, change = 0.2, 0.25
     n = repeats_needed(sd, change)
 
-    def power(k: int) -> float:
+    def power(k: int, found: float = change * SIZING_MARGIN) -> float:
         base = rng.normal(0.0, sd, (4000, k))
-        cand = rng.normal(np.log1p(change), sd, (4000, k))
+        cand = rng.normal(np.log1p(found), sd, (4000, k))
         return float((scipy_stats.ttest_ind(cand, base, axis=1).pvalue < 0.05).mean())
 
-    assert power(n) >= 0.94 and power(n - 1) < power(n)
+    assert power(n) >= 0.94 and power(n - 1) < power(n) and power(n, change) >= 0.99
     assert repeats_needed(0.3, 0.05) > repeats_needed(0.3, 0.25) > repeats_needed(0.01, 0.25)
     assert repeats_needed(0.0, 0.05) == 2 and repeats_needed(0.0, 0.05, earlier_df=4) == 1
     with pytest.raises(ValueError, match="must be > 0"):

@@ -9,7 +9,7 @@ baseline but failed in the candidate (oom, crash, timeout...). It passes when th
 out a slowdown of N% (its worse end short of it). Between the two, the check ``cannot support a
 verdict``: the run has too few repeats to tell an N% slowdown from the noise between processes,
 and says how many a side it needs (:func:`benchbay.analysis.stats.repeats_needed`: alpha 5%,
-power 95%, from the spread measured). Such a check does not fail CI (exit code 0, as a pass):
+power 95% at 80% of the threshold, from the spread measured). Such a check does not fail CI (exit code 0, as a pass):
 a gate that failed on noise would be switched off, and the summary's header says it gated nothing
 there. Improvements and points that cannot be compared (different GPU, driver, CUDA or torch;
 missing on one side) never fail the gate unless ``fail_on_incomparable`` is set; the summary lists

@@ -10,8 +10,8 @@ Grammar::
 - ``statistic`` is one of ``median`` (the default), ``mean``, ``min``, ``max``, ``p10``, ``p90``;
   it is taken over the steady-state steps of each repeat (a process), whose values the gate tests.
 - ``number%`` is the regression the gate is sized to catch: slower, less throughput, or more
-  memory. At the repeats the gate asks for on the machine (alpha 5%, power 95%, from the spread
-  between processes) one of this size fails 95% of the time; a real one of at least half of it
+  memory. At the repeats the gate asks for on the machine (alpha 5%, power 95% at 80% of it, from
+  the spread between processes) one of this size fails at least 95% of the time; a real one of at least half of it
   (:data:`FAIL_SHARE`) fails (a memory peak, which repeats exactly: at least all of it); a run too
   short to rule out one of this size cannot support a verdict (benchbay.analysis.gate).
   Improvements never fail a gate.

@@ -81,7 +81,7 @@ DECODER_COLUMNS = (
 
 # --- number formatting ---------------------------------------------------------------------------
 def _formatter(column: str) -> Callable[[Any], str]:
-    if column in (rec.MFU, "mfu_datasheet"):
+    if column in (rec.MFU, "mfu_datasheet", "mfu_fp8"):
         return "{:.1%}".format
     if column == rec.STEP_TIME_CV:
         return "{:.2f}".format
@@ -98,7 +98,8 @@ DISPLAY_NAMES = {
     rec.STEP_TIME_S: "step (s)", rec.STEP_TIME_P10_S: "p10 (s)", rec.STEP_TIME_P90_S: "p90 (s)",
     rec.SAMPLES_PER_S_PER_GPU: "samples/s/GPU", rec.PEAK_MEM_ALLOCATED_GIB: "peak alloc (GiB)",
     rec.PEAK_MEM_RESERVED_GIB: "peak reserved (GiB)", rec.MFU: "MFU (trained, measured peak)",
-    "mfu_datasheet": "MFU (trained, datasheet peak)", "warmup_detected": "warm-up steps (detected)",
+    "mfu_datasheet": "MFU (trained, datasheet peak)", "mfu_fp8": "MFU (trained, FP8 peak)",
+    "warmup_detected": "warm-up steps (detected)",
     rec.FIRST_STEP_S: "first step (s)", "eager_step_time_s": "eager step (s)", "overhead_s": "overhead (s)",
     "break_even_steps": "break-even (steps)", "step_change": "time/sample change [CI]",
     "throughput_change": "throughput change [CI]", "speedup": "speed-up", "first_failing": "first failing",

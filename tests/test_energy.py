@@ -243,3 +243,24 @@ def test_a_points_mfu_does_not_move_with_its_runs_probe():
     assert summary["mfu_peak"] == "698 TFLOP/s (table, sustained)"
     assert summary["mfu"] == pytest.approx(4e14 / 698e12)
     assert summary["mfu_datasheet"] == pytest.approx(4e14 / 989e12)
+
+
+def test_an_fp8_points_mfu_is_also_stated_over_the_fp8_peak_and_labelled():
+    from benchbay.analysis.mfu import fp8_mfu_column
+
+    rows = records_to_frame([
+        {"label": "fp8", "knobs": {"float8": "tensorwise"}, "env": {"gpu": "NVIDIA H200"}},
+        {"label": "bf16", "knobs": {"float8": "off"}, "env": {"gpu": "NVIDIA H200"}},
+        {"label": "a100", "knobs": {"float8": "tensorwise"}, "env": {"gpu": "NVIDIA A100-SXM4-80GB"}},  # no FP8 peak
+        {"label": "h100", "knobs": {"float8": "rowwise"}, "env": {"gpu": "NVIDIA H100 80GB HBM3"}},
+    ]).assign(flops_per_sample=1e12, samples_per_s_per_gpu=400.0)
+    fp8 = fp8_mfu_column(rows)
+    assert fp8[0] == pytest.approx(4e14 / 1320e12) and fp8[3] == pytest.approx(4e14 / 1979e12)
+    assert fp8[[1, 2]].isna().all()  # a bf16 point, and a card without FP8 tensor cores
+    summary = point_summary(rows.assign(suite="s", point_id=rows["label"], status="ok", workload="w"))
+    table = sweep_table(summary, KEY_COLUMNS)
+    assert table.set_index("name")["mfu_fp8"]["fp8"] == pytest.approx(4e14 / 1320e12)
+    assert table.set_index("name")["mfu"]["fp8"] == pytest.approx(4e14 / 698e12)  # beside it, over the bf16 peak
+    from benchbay.report import DISPLAY_NAMES
+
+    assert DISPLAY_NAMES["mfu_fp8"] == "MFU (trained, FP8 peak)"

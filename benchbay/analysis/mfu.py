@@ -10,7 +10,8 @@ probe and 53.6% over another's), so a point's MFU would move with it. First foun
 it, or else the datasheet's), else, for a device the table lacks, the GEMM probe of the machine
 that ran the record (``env.gemm_tflops``, benchbay.collect.gemm_probe), else the record's own
 ``peak_flops``. The datasheet MFU divides by the vendor's dense bf16 figure instead. Each row's
-``mfu_peak`` says which peak its MFU is over. CPUs get None, and :func:`mfu_note` says why a table
+``mfu_peak`` says which peak its MFU is over; an FP8 point's ``mfu_fp8`` is over the table's FP8
+peak (:func:`fp8_mfu_column`). CPUs get None, and :func:`mfu_note` says why a table
 shows no MFU (as ``benchbay.analysis.cost`` says it of cost and energy).
 """
 
@@ -31,6 +32,8 @@ class Peak:
     flops: float
     source: str
     datasheet: float | None = None  # the vendor's dense bf16 figure, where ``flops`` was measured
+    fp8: float | None = None  # the dense FP8 peak (None: no FP8 tensor cores, or not in the table)
+    fp8_source: str = ""
 
     @property
     def datasheet_flops(self) -> float:
@@ -40,11 +43,16 @@ class Peak:
 #: first match wins, so specific names come before their family
 PEAKS: tuple[Peak, ...] = (
     Peak("H200", 698e12, "sustained: dense bf16 GEMM 8192^3 (torch 2.11, one H200 at its 700 W cap; 16384^3: "
-                         "678), the ceiling a long step meets (datasheet: 989 dense)", 989e12),
-    Peak("H100 PCIe", 756e12, "NVIDIA H100 datasheet, PCIe, dense bf16"),
-    Peak("H100", 989e12, "NVIDIA H100 datasheet, SXM, dense bf16"),
+                         "678), the ceiling a long step meets (datasheet: 989 dense)", 989e12,
+         1320e12, "sustained: dense fp8 e4m3 GEMM 8192^3 with per-tensor scales (torch 2.11, torchao 0.18, issue "
+                  "51; 16384^3: 1,221; datasheet: 1,979 dense)"),
+    Peak("H100 PCIe", 756e12, "NVIDIA H100 datasheet, PCIe, dense bf16", fp8=1513e12,
+         fp8_source="NVIDIA H100 datasheet, PCIe, dense fp8"),
+    Peak("H100", 989e12, "NVIDIA H100 datasheet, SXM, dense bf16", fp8=1979e12,
+         fp8_source="NVIDIA H100 datasheet, SXM, dense fp8"),
     Peak("A100", 312e12, "NVIDIA A100 datasheet, dense bf16"),
-    Peak("L40S", 362e12, "NVIDIA L40S datasheet, dense bf16"),
+    Peak("L40S", 362e12, "NVIDIA L40S datasheet, dense bf16", fp8=733e12,
+         fp8_source="NVIDIA L40S datasheet, dense fp8"),
     Peak("RTX PRO 6000 Blackwell", 500e12, "NVIDIA RTX PRO 6000 Blackwell datasheet, dense bf16 (~504)"),
 )
 
@@ -126,6 +134,19 @@ def datasheet_mfu_column(df: pd.DataFrame, peak_flops: float | None = None) -> p
         if table is None or achieved is None or (peak is not None and peak[0] == table.datasheet_flops):
             return float("nan")
         return achieved / table.datasheet_flops
+
+    return _by_row(df, row_mfu, float)
+
+
+def fp8_mfu_column(df: pd.DataFrame) -> pd.Series:
+    """MFU against the device's dense FP8 peak, for the points that train with FP8 (``float8`` not
+    off): the ceiling their converted GEMMs run toward, beside the bf16 MFU (their other GEMMs, and
+    the comparison with bf16 points). NaN elsewhere, and where the table has no FP8 peak."""
+    def row_mfu(row: pd.Series) -> float:
+        recipe, table, achieved = row.get("float8"), lookup_peak(row.get("env.gpu")), _achieved(row)
+        if not isinstance(recipe, str) or recipe == "off" or table is None or table.fp8 is None or achieved is None:
+            return float("nan")
+        return achieved / table.fp8
 
     return _by_row(df, row_mfu, float)
 

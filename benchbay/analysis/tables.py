@@ -26,7 +26,7 @@ from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.cost import COST, FIGURES, PRICE_KEY, cost_column, price_column, say_absent
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
-from benchbay.analysis.mfu import datasheet_mfu_column, mfu_column, peak_label_column
+from benchbay.analysis.mfu import datasheet_mfu_column, fp8_mfu_column, mfu_column, peak_label_column
 from benchbay.analysis.quality import cards_note, graph_break_note, notes, warnings_of
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
@@ -35,10 +35,11 @@ from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, Status
 
 #: figures summarised by their median over the ok repeats
 MEDIAN_METRICS = (rec.STEP_TIME_P10_S, rec.STEP_TIME_P90_S, rec.FIRST_STEP_S, rec.SAMPLES_PER_STEP, rec.SAMPLES_PER_S,
-                  rec.SAMPLES_PER_S_PER_GPU, rec.FLOPS_PER_SAMPLE, rec.MFU, "mfu_datasheet", rec.CPU_UTIL_MEAN,
-                  rec.GPU_UTIL_MEAN, rec.COMPILE_TIME_S, rec.WARMUP_STEPS, rec.DATA_WAIT_S, rec.DATA_WAIT_SHARE,
-                  rec.CHILD_CPU_UTIL_MEAN, rec.LOADER_S, rec.UPDATE_APPLIED_SHARE, rec.UPDATE_APPLIED_SHARE_SE,
-                  rec.UPDATE_LOST_SHARE, rec.COMPUTE_GRADIENT_COSINE, rec.ENERGY_J_PER_SAMPLE, rec.ENERGY_WATTS)
+                  rec.SAMPLES_PER_S_PER_GPU, rec.FLOPS_PER_SAMPLE, rec.MFU, "mfu_datasheet", "mfu_fp8",
+                  rec.CPU_UTIL_MEAN, rec.GPU_UTIL_MEAN, rec.COMPILE_TIME_S, rec.WARMUP_STEPS, rec.DATA_WAIT_S,
+                  rec.DATA_WAIT_SHARE, rec.CHILD_CPU_UTIL_MEAN, rec.LOADER_S, rec.UPDATE_APPLIED_SHARE,
+                  rec.UPDATE_APPLIED_SHARE_SE, rec.UPDATE_LOST_SHARE, rec.COMPUTE_GRADIENT_COSINE,
+                  rec.ENERGY_J_PER_SAMPLE, rec.ENERGY_WATTS)
 #: figures summarised by their maximum over the ok repeats (the worst case is what limits a batch)
 MAX_METRICS = (rec.PEAK_MEM_ALLOCATED_GIB, rec.PEAK_MEM_RESERVED_GIB, rec.DEVICE_MEM_TOTAL_GIB, rec.ALLOC_RETRIES,
                rec.NVML_MEM_USED_GIB, rec.PEAK_HOST_RSS_GIB)
@@ -179,7 +180,7 @@ def _rates_over_step(out: dict[str, Any], ok: pd.DataFrame) -> None:
     out[rec.SAMPLES_PER_S_PER_GPU] = out[rec.SAMPLES_PER_STEP] / out[rec.STEP_TIME_S]
     world = out.get("world_size")
     out[rec.SAMPLES_PER_S] = out[rec.SAMPLES_PER_S_PER_GPU] * (1 if is_missing(world) else world)
-    for mfu in (rec.MFU, "mfu_datasheet"):
+    for mfu in (rec.MFU, "mfu_datasheet", "mfu_fp8"):
         if not is_missing(out.get(mfu)) and not is_missing(recorded) and recorded > 0:
             out[mfu] *= out[rec.SAMPLES_PER_S_PER_GPU] / recorded
 
@@ -226,7 +227,7 @@ def point_summary(df: pd.DataFrame, peak_flops: float | None = None,
     if df.empty:
         return pd.DataFrame()
     df = df.assign(mfu=mfu_column(df, peak_flops), mfu_peak=peak_label_column(df, peak_flops),
-                   mfu_datasheet=datasheet_mfu_column(df, peak_flops))
+                   mfu_datasheet=datasheet_mfu_column(df, peak_flops), mfu_fp8=fp8_mfu_column(df))
     knobs, params = knob_columns(df), param_columns(df)
     extras = [c for c in df.columns if c.startswith("extra.")]
     carried = [c for c in (*IDENTITY, *params, *knobs, *extras) if c in df.columns]
@@ -269,7 +270,8 @@ def suite_varying(summary: pd.DataFrame, suite: str) -> list[str]:
 #: the sweep table's columns, in display order (the knobs and params that vary follow them)
 SWEEP_COLUMNS = ("name", "status", "repeats", rec.STEP_TIME_S, rec.STEP_TIME_P10_S, rec.STEP_TIME_P90_S,
                  rec.STEP_TIME_CV, rec.SAMPLES_PER_S_PER_GPU, *FIGURES, rec.PEAK_MEM_ALLOCATED_GIB,
-                 rec.PEAK_MEM_RESERVED_GIB, rec.PEAK_HOST_RSS_GIB, rec.MFU, "mfu_peak", "mfu_datasheet", "fidelity",
+                 rec.PEAK_MEM_RESERVED_GIB, rec.PEAK_HOST_RSS_GIB, rec.MFU, "mfu_peak", "mfu_datasheet", "mfu_fp8",
+                 "fidelity",
                  "warmup_detected", "notes", "reason", "history")
 #: a decoder point's sweep row: its figures are its latency and CPU (the report's Decoders section)
 DECODE_SWEEP_COLUMNS = ("name", "status", "repeats", rec.PEAK_HOST_RSS_GIB, "notes", "reason", "history")
@@ -278,7 +280,8 @@ DECODE_KEY_COLUMNS = ("name", "status", "extra.view_latency_ms_median", "extra.c
                       f"extra.{DELIVERED_RATE}", "notes", "reason", "history")
 #: the key figures, for a terminal
 KEY_COLUMNS = ("name", "status", rec.STEP_TIME_S, rec.SAMPLES_PER_S_PER_GPU, *FIGURES, rec.PEAK_MEM_ALLOCATED_GIB,
-               rec.PEAK_HOST_RSS_GIB, rec.MFU, "mfu_peak", "mfu_datasheet", "fidelity", "notes", "reason", "history")
+               rec.PEAK_HOST_RSS_GIB, rec.MFU, "mfu_peak", "mfu_datasheet", "mfu_fp8", "fidelity", "notes", "reason",
+               "history")
 
 
 def decodes(points: pd.DataFrame) -> bool:

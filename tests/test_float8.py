@@ -136,3 +136,76 @@ def test_fp8_blocks_train_and_record_what_they_converted(recipe):
     assert summary["extra"]["float8_converted"] == 2 and summary["extra"]["float8_kept"] == 1
     assert summary["extra"]["compute_fidelity"] in ("faithful", "lossy")
     assert summary["metrics"]["compute_gradient_cosine"] < 1.0  # FP8 GEMMs: not the reference's arithmetic
+
+
+# --- encoders_float8: FP8 inference of DreamZero's frozen encoders --------------------------------
+
+def _dreamzero(**knobs):
+    from benchbay.workloads.dreamzero.workload import DreamZero
+
+    values = {**knob_table.defaults_for(DreamZero), "precision": "bf16", "attention": "sdpa", **knobs}
+    return DreamZero({"preset": "dreamzero-tiny"}, values, CPU), values
+
+
+def test_fp8_encoders_are_refused_on_a_cpu_and_where_no_encoder_runs_in_the_step():
+    workload, _ = _dreamzero(encoders_float8="rowwise")
+    assert "needs a CUDA GPU of compute capability 8.9" in workload.skip_reason()
+    cached, _ = _dreamzero(encoders_float8="rowwise", frozen_encoders="cached")
+    assert "needs a CUDA GPU" in cached.skip_reason()  # refused for the device first, whatever else
+
+
+def test_fp8_encoders_convert_their_linears_whose_sides_are_multiples_of_16():
+    from benchbay.knobs import float8_inference
+
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 24), nn.Conv1d(4, 4, 3))
+    assert float8_inference.plan(model) == (["0"], ["2"])  # 24 outputs: kept; the conv is not a linear
+
+
+@pytest.mark.parametrize("perturbed, expected", [(False, "faithful"), (True, "lossy")])
+def test_the_encoders_outputs_against_bf16_join_compute_fidelity(monkeypatch, perturbed, expected):
+    """The conversion is planted (no FP8 kernels on a CPU): left as it is, the encoders' outputs match
+    their bf16 selves; with their linears' weights changed, they do not, and the point's compute
+    fidelity says lossy although its reference (which runs the same encoders) agrees with it."""
+    from benchbay.collect.compute_fidelity import FROZEN_VERDICT
+    from benchbay.knobs import float8_inference
+
+    def planted(module, recipe):
+        if perturbed:
+            with torch.no_grad():
+                for child in module.modules():
+                    if isinstance(child, nn.Linear):
+                        child.weight.mul_(1.5)
+        return {"converted": 1, "kept": 0}
+
+    monkeypatch.setattr(float8_inference, "convert", planted)
+    workload, values = _dreamzero(encoders_float8="rowwise")
+    torch.manual_seed(0)
+    step = training.prepare(workload, values, CPU)
+    step(workload.batch(0))
+    step.fidelity.start_window()
+    extra = step.fidelity.compute.summary()["extra"]
+    assert extra[FROZEN_VERDICT] == expected and extra["encoders_float8_converted"] == 1
+    assert set(extra["frozen_outputs_fidelity_by_output"]) >= {"latents", "text", "image"}
+    assert extra["compute_fidelity"] == expected
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
+def test_fp8_encoders_run_in_the_step_and_say_what_they_changed(recipe):
+    """On the device: the tiny preset's encoders quantized by torchao, a step trains, and the record has
+    the encoders' output fidelity (a verdict either way: FP8 is not bf16's arithmetic)."""
+    from benchbay.collect.compute_fidelity import FROZEN_VERDICT
+    from benchbay.workloads.dreamzero.workload import DreamZero
+
+    cuda = torch.device("cuda")
+    if torch.cuda.get_device_capability() < float8.MIN_CAPABILITY:
+        pytest.skip("needs FP8 tensor cores")
+    values = {**knob_table.defaults_for(DreamZero), "precision": "bf16", "attention": "sdpa",
+              "encoders_float8": recipe, "mbs": 2}
+    workload = DreamZero({"preset": "dreamzero-tiny"}, values, cuda)
+    assert workload.skip_reason() is None
+    step = training.prepare(workload, values, cuda)
+    assert torch.isfinite(step(workload.batch(0))[0])
+    step.fidelity.start_window()
+    extra = step.fidelity.compute.summary()["extra"]
+    assert extra["encoders_float8_converted"] > 0 and extra[FROZEN_VERDICT] in ("faithful", "lossy")

@@ -118,6 +118,11 @@ def compare(point: dict[str, torch.Tensor], reference: dict[str, torch.Tensor],
     return {group: figures(names) for group, names in members.items()}, figures(list(groups))
 
 
+#: the fact a workload's build states when it changed what its frozen modules compute (FP8 encoders):
+#: their outputs' verdict, by this module's measures; lossy there makes the point's compute lossy
+FROZEN_VERDICT = "frozen_outputs_fidelity"
+
+
 def verdict(by_group: dict[str, dict[str, float]], overall: dict[str, float]) -> str:
     """faithful when every group and all of them together pass both thresholds, else lossy."""
     return "faithful" if all(f["cosine"] >= COSINE_MIN and f["relative_error"] <= RELATIVE_ERROR_MAX
@@ -164,15 +169,16 @@ class ComputeFidelity:
 
     def summary(self) -> dict[str, dict[str, Any]]:
         extra = dict(self.facts)
+        frozen_lossy = {"compute_fidelity": "lossy"} if extra.get(FROZEN_VERDICT) == "lossy" else {}
         if self.reason is not None:
-            return {"extra": {**extra, "compute_fidelity_skipped": f"not measured: {self.reason}"}}
+            return {"extra": {**extra, "compute_fidelity_skipped": f"not measured: {self.reason}", **frozen_lossy}}
         if not self.figures:
-            return {"extra": extra} if extra else {}
+            return {"extra": {**extra, **frozen_lossy}} if extra else {}
         by_group, overall = self.figures["groups"], self.figures["overall"]
         return {"metrics": {COMPUTE_GRADIENT_COSINE: overall["cosine"],
                             "compute_gradient_error": overall["relative_error"],
                             "compute_sampled_tensors": overall["tensors"]},
-                "extra": {**extra, "compute_fidelity": verdict(by_group, overall),
+                "extra": {**extra, "compute_fidelity": verdict(by_group, overall), **frozen_lossy,
                           "compute_fidelity_groups": by_group,
                           "compute_fidelity_sample": (
                               f"{overall['tensors']} parameter tensors (up to {TENSORS_PER_GROUP} a group), up to "

@@ -128,7 +128,7 @@ def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.dev
         stepped = hyper_of(optimizer)
     # the point's own pass of compute fidelity is the step's backward (bound late: the step is made below)
     compute = ComputeFidelity(workload, reference, parts.model, knobs, device, lambda batch: step.backward(batch),
-                              facts=converted)
+                              facts={**parts.facts, **converted})
     step = TrainStep(workload, model, params, optimizer, lambda: precision.autocast(knobs["precision"], device),
                      graphs=knobs["cuda_graph"] != "off",
                      fidelity=Fidelity(UpdateFidelity(stepped, seed=knobs["seed"]), compute))

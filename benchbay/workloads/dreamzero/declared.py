@@ -42,6 +42,9 @@ class DreamZeroDeclaration(TrainingWorkload):
         "trim_prompts": Choice((False, True), "run umT5 over the longest prompt's tokens (48) instead of the "
                                "512 the prompts are padded to, zeros after: the same text condition, ~10x less "
                                "umT5 work (upstream encodes all 512)"),
+        "encoders_float8": Choice(("off", "rowwise", "tensorwise"), "FP8 inference (torchao, dynamic scales) of "
+                                  "the frozen encoders' linears; their outputs on one batch against bf16 join compute "
+                                  "fidelity (docs/fp8.md); needs CUDA compute capability >= 8.9"),
         # upstream pads to 512 (DefaultDataCollator's max_length) and encodes them all (WANPolicyHead.encode_prompt):
         # dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/transform/dreamzero_cotrain.py
         # dreamzero0/dreamzero@ab790c198fbc:groot/vla/model/dreamzero/action_head/wan_flow_matching_action_tf.py

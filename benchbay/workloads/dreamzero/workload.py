@@ -25,7 +25,9 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
+from benchbay.collect import compute_fidelity
 from benchbay.decode.patterns import DreamZeroFullClip
+from benchbay.knobs import float8_inference
 from benchbay.workloads.base import ModelParts
 from benchbay.workloads.dreamzero import flops, mask
 from benchbay.workloads.dreamzero.attention import attention_core
@@ -64,9 +66,11 @@ class DreamZero(DreamZeroDeclaration):
                     "observed an input tensor deallocate', PT #154306): use recompute_impl=reentrant, as RLinf does")
         if reason := video_unavailable(self):
             return reason
+        if reason := float8_inference.skip_reason("encoders_float8", self.knob("encoders_float8"), self.device):
+            return reason
         if self.knob("frozen_encoders") == "cached":
             in_step_only = ("encoders", "duplicate_vae_encode", "data", "encoders_compile", "vae_channels_last",
-                            "trim_prompts")
+                            "trim_prompts", "encoders_float8")
             ignored = [f"{k}={self.knob(k)}" for k in in_step_only if self.knob(k) != self.knobs[k].default]
             if ignored:
                 return f"frozen_encoders=cached runs no encoder in the step, so {', '.join(ignored)} has no effect"
@@ -105,10 +109,30 @@ class DreamZero(DreamZeroDeclaration):
             encoders.vae_channels_last()
         if self.knob("trim_prompts"):
             encoders.trim_prompts()
+        facts = self._encoders_in_float8(encoders) if self.knob("encoders_float8") != "off" else {}
         if self.knob("encoders_compile"):
             encoders.compile_in_place()
         self.encoders = encoders
-        return ModelParts(model=model, regions={"blocks": list(model.blocks)}, frozen=[encoders])
+        return ModelParts(model=model, regions={"blocks": list(model.blocks)}, frozen=[encoders], facts=facts)
+
+    def _encoders_in_float8(self, encoders: FrozenEncoders) -> dict[str, Any]:
+        """Convert the encoders' linears to FP8 and say what it changed: their outputs on one batch of
+        its own draws against theirs in bf16 just before, by compute fidelity's measures and thresholds
+        (its reference runs the encoders the point has, so it cannot see them)."""
+        g = self._generator(-2)
+        inputs = (self._video(g), *self._prompt(g))
+
+        def outputs() -> dict[str, torch.Tensor]:
+            with torch.no_grad():
+                cond = encoders.encode(*inputs, per_sample=False, duplicate_vae_encode=False)
+            return {name: value.reshape(-1).float().clone() for name, value in vars(cond).items() if value is not None}
+
+        before = outputs()
+        counts = float8_inference.convert(encoders, self.knob("encoders_float8"))
+        by_output, overall = compute_fidelity.compare(outputs(), before, {name: name for name in before})
+        return {"encoders_float8_converted": counts["converted"], "encoders_float8_kept": counts["kept"],
+                compute_fidelity.FROZEN_VERDICT: compute_fidelity.verdict(by_output, overall),
+                "frozen_outputs_fidelity_by_output": by_output}
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         """A micro-batch, deterministic from (seed, step), on the device. Keys:

@@ -74,12 +74,17 @@ class Plan:
 
 def skip_reason(knobs: dict[str, Any], device: torch.device) -> str | None:
     """Below compute capability 8.9 (the device type is checked before the point's process: rules.py)."""
-    recipe = knobs["float8"]
+    return below_capability("float8", knobs["float8"], device)
+
+
+def below_capability(name: str, recipe: str, device: torch.device) -> str | None:
+    """Why knob ``name`` at ``recipe`` cannot run on a CUDA ``device`` without FP8 tensor cores
+    (None on a CPU: each knob says that itself)."""
     if recipe == "off" or device.type != "cuda":
         return None
     capability = torch.cuda.get_device_capability(device)
     if capability < MIN_CAPABILITY:
-        return (f"float8={recipe} needs FP8 tensor cores: a CUDA GPU of compute capability "
+        return (f"{name}={recipe} needs FP8 tensor cores: a CUDA GPU of compute capability "
                 f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer (this one: {capability[0]}.{capability[1]})")
     return None
 

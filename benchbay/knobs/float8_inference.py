@@ -18,23 +18,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from benchbay.knobs.float8 import MIN_CAPABILITY
+from benchbay.knobs.float8 import MIN_CAPABILITY, below_capability
 
 RECIPES = ("off", "rowwise", "tensorwise")
 
 
 def skip_reason(name: str, recipe: str, device: torch.device) -> str | None:
     """Why knob ``name`` at ``recipe`` cannot run on ``device`` (None if it can)."""
-    if recipe == "off":
-        return None
-    if device.type != "cuda":
+    if recipe != "off" and device.type != "cuda":
         return (f"{name}={recipe} runs its GEMMs on FP8 tensor cores: it needs a CUDA GPU of compute capability "
                 f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer (running on {device.type})")
-    capability = torch.cuda.get_device_capability(device)
-    if capability < MIN_CAPABILITY:
-        return (f"{name}={recipe} needs FP8 tensor cores: a CUDA GPU of compute capability "
-                f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer (this one: {capability[0]}.{capability[1]})")
-    return None
+    return below_capability(name, recipe, device)
 
 
 def plan(module: nn.Module) -> tuple[list[str], list[str]]:

@@ -23,7 +23,7 @@ from benchbay.knobs import optimizer as optimizer_knob
 from benchbay.knobs.adam import hyper_of
 from benchbay.knobs.offload import CPUOffloadedOptimizer
 
-if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
+if TYPE_CHECKING:  # the workload's class, for types only
     from benchbay.workloads.base import TrainingWorkload
 
 

@@ -296,9 +296,9 @@ def _figures(harness: StepHarness, spec: PointSpec, measured: Measured, collecto
     grad_values = [float(x) for x in torch.stack(measured.grad_norms).float().cpu()] if measured.grad_norms else []
     first, end = _steady_window(times, spec.steps.steady, measured.warmup)
     flops = workload.flops_per_sample()
-    collected = Figures()
+    window, collected = Window(samples=workload.samples_per_step() * (len(times) - measured.warmup)), Figures()
     for collector in collectors:
-        collected |= collector.figures(Window(samples=workload.samples_per_step() * (len(times) - measured.warmup)))
+        collected |= collector.figures(window)
     metrics = {**summarize(times[first:end]), BUILD_S: measured.build_s, FIRST_STEP_S: times[0],
                WARMUP_STEPS: first,
                SAMPLES_PER_STEP: workload.samples_per_step(), FLOPS_PER_SAMPLE: flops.get("train"),

@@ -166,22 +166,13 @@ class Decord2(Decord):
         return not Decord._is_this_package(version)
 
 
-class _DecordHandle(Handle):
-    def __init__(self, backend: str, path: Path, reader: Any):
-        super().__init__(backend, path)
-        self.reader = reader
-
-    @property
-    def num_frames(self) -> int:
-        return len(self.reader)
+class _DecordHandle(DecoderHandle):
+    """Over a decord ``VideoReader``."""
 
     def _get_frames(self, indices: list[int]) -> torch.Tensor:
         import torch
 
-        return torch.from_dlpack(self.reader.get_batch(indices).to_dlpack())
-
-    def close(self) -> None:
-        self.reader = None
+        return torch.from_dlpack(self.decoder.get_batch(indices).to_dlpack())
 
 
 # ---- PyAV ---------------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ import time
 
 OUT = os.environ.get("BENCHBAY_PROBE_OUT")
 PROFILE = os.environ.get("BENCHBAY_PROBE_PROFILE")
+#: the steps before the profiled ones, and the profiled ones (after the profiler's own warm-up step)
+PROFILE_AFTER, PROFILE_STEPS = (int(os.environ[f"BENCHBAY_PROBE_PROFILE_{k}"]) for k in ("AFTER", "STEPS")) \
+    if PROFILE else (0, 0)
 HOOKED = "torch.optim.optimizer"
 
 
@@ -56,7 +59,7 @@ class _Probe:
         """After ``ended`` steps: enter the profiler as the first step after the measured ones begins,
         step it as each ends, and write its trace as the last profiled one ends."""
         profiler = self.torch.profiler
-        after, steps = int(os.environ["BENCHBAY_PROBE_PROFILE_AFTER"]), int(os.environ["BENCHBAY_PROBE_PROFILE_STEPS"])
+        after, steps = PROFILE_AFTER, PROFILE_STEPS
         if ended == after:
             activities = [profiler.ProfilerActivity.CPU] + ([profiler.ProfilerActivity.CUDA] if self.cuda else [])
             self.profiler = profiler.profile(activities=activities,

@@ -36,11 +36,13 @@ def benchbay_cmd(*args: str) -> list[str]:
 
 
 @pytest.fixture
-def cli_env():
+def cli_env(tmp_path_factory):
     # a CLI on a pipe prints whole lines unless COLUMNS says how wide to fit them: pytest-xdist's
     # workers have COLUMNS=80 and LINES=24, which would cut `benchbay show`'s long texts
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    # a CLI the test kills (SIGKILL) cannot remove its scratch: it goes where pytest removes it
+    env["TMPDIR"] = str(tmp_path_factory.mktemp("cli-tmp"))
     return env
 
 

@@ -4,13 +4,16 @@ as they should; a tune searches its knobs."""
 
 import json
 import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
 
 from benchbay import store
+from benchbay.analysis.frame import records_to_frame
 from benchbay.launch.harness import harness_for
 from benchbay.record import Status
+from benchbay.report import build_report
 from benchbay.runner import SuiteRunner
 from benchbay.suite import SuiteError, load
 from tests.conftest import write_suite
@@ -152,6 +155,25 @@ def test_a_hung_command_times_out_with_nothing_left_running(tmp_path, in_repo):
     assert left == []
 
 
+def test_a_killed_points_scratch_goes_with_the_points_folder(tmp_path, in_repo):
+    """The worker is killed at the timeout before it can remove the command's scratch: the scratch lies
+    inside the point's folder, which the sweep removes."""
+    (tmp_path / "hangs.py").write_text("import pathlib, sys, time\n"
+                                       "pathlib.Path(sys.argv[1]).write_text(sys.argv[2])\ntime.sleep(3600)\n")
+    path = write_suite(tmp_path / "hang.yaml", f"""\
+name: cmd-hang
+workload:
+  name: command
+  params: {{argv: ["{{python}}", {tmp_path / "hangs.py"}, {tmp_path / "where"}, "{{scratch}}"]}}
+steps: {{warmup: 1, measure: 1}}
+timeout: 8
+""")
+    (record,) = run_suite(path, tmp_path)
+    assert record.status == Status.TIMEOUT
+    scratch = Path((tmp_path / "where").read_text())
+    assert scratch.name.startswith("benchbay-command-") and not scratch.exists()
+
+
 def test_a_command_that_is_not_found_is_one_error_before_any_point_runs(tmp_path):
     text = command_suite(tmp_path).read_text().replace('"{python}"', "no-such-program-here")
     with pytest.raises(SuiteError, match=r"argv\[0\]: a command on PATH or a file, got 'no-such-program-here'"):
@@ -163,9 +185,75 @@ def test_a_command_that_is_not_found_is_one_error_before_any_point_runs(tmp_path
     (('"{mbs}"', '"{nope}"'), r"argv\[3\]: placeholders naming a knob"),
     (("knobs: {switch:", "knobs: {mbs:"), r"params.knobs.mbs: a name .* not a generic knob"),
     (("loss_regex: 'loss ([0-9.]+)'", "loss_regex: 'loss'"), "loss_regex: a regular expression with a group"),
+    (("    cwd:", "    series_regex: {Data: 'x ([0-9]+)'}\n    cwd:"), "series_regex: a mapping of series names"),
+    (("    cwd:", "    series_regex: {data: 'x'}\n    cwd:"), "series_regex.data: a regular expression with a group"),
+    (("    cwd:", "    series_regex: {losses: 'x ([0-9]+)'}\n    cwd:"), "series_regex: a mapping of series names"),
+    (('"{mbs}"', '"{dataset}"'), r"argv\[3\]: placeholders naming a knob"),  # no params.dataset to name
 ])
 def test_a_bad_command_is_an_error_naming_its_key(tmp_path, change, expected):
     text = command_suite(tmp_path).read_text().replace(*change)
+    with pytest.raises(SuiteError, match=expected):
+        load(write_suite(tmp_path / "bad.yaml", text))
+
+
+READS_A_DATASET = textwrap.dedent("""\
+    import json, pathlib, sys
+    import torch
+
+    root, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    info = json.loads((root / "meta" / "info.json").read_text())
+    stats = json.loads((root / "meta" / "stats.json").read_text())  # what a policy normalises with
+    mean = torch.tensor(stats["observation.state"]["mean"])
+    out.mkdir()  # a training script's output folder: it must not exist yet
+    model = torch.nn.Linear(len(mean), 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(10_000):
+        loss = model(torch.randn(4, len(mean)) + mean).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print(f"{info['codebase_version']} loss {loss.item():.5f} data_s:0.00100", flush=True)
+""")
+
+
+def test_a_command_trains_on_a_dataset_benchbay_writes_and_writes_into_its_own_scratch(tmp_path, in_repo,
+                                                                                          in_process, monkeypatch):
+    monkeypatch.setenv("BENCHBAY_DECODE_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "reads.py").write_text(READS_A_DATASET)
+    path = write_suite(tmp_path / "suite.yaml", f"""\
+name: cmd-dataset
+workload:
+  name: command
+  params:
+    argv: ["{{python}}", {tmp_path / "reads.py"}, "{{dataset}}", "{{scratch}}/out"]
+    dataset: {{preset: lerobot-libero, codec: h264, height: 32, width: 32, episode_frames: 12, episodes: 2}}
+    loss_regex: 'v3.0 loss ([0-9.]+)'
+    series_regex: {{data_waits_s: 'data_s:([0-9.]+)'}}
+steps: {{warmup: 1, measure: 3}}
+sweep: {{grid: {{mbs: [1, 2]}}}}
+""")
+    records = run_suite(path, tmp_path, in_process)
+    assert [r.status for r in records] == [Status.OK, Status.OK], [r.reason for r in records]
+    (dataset,) = (tmp_path / "cache").iterdir()  # written once, for both points
+    outs = []
+    for r in records:
+        _, _, root, out = r.extra["command"]
+        assert root == str(dataset) and len(r.series["losses"]) == len(r.series["data_waits_s"]) == 4
+        assert r.metrics["data_wait_s"] == pytest.approx(0.001)  # the script's own figure, per measured step
+        outs.append(out)
+    assert outs[0] != outs[1] and not any(Path(o).exists() for o in outs)  # each its own, removed at its end
+    # the report groups points by their params: a command's are lists and mappings (argv, env, dataset)
+    build_report(records_to_frame([r.to_json() for r in records]), tmp_path / "report")
+    assert "![steady-state step times per point]" in (tmp_path / "report" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(("dataset", "expected"), [
+    ("{preset: nope}", r"params.dataset: a mapping with preset: one of \[.*'lerobot-libero'"),
+    ("{preset: lerobot, colour: red}", r"params.dataset.colour: a field of the clip spec"),
+    ("{preset: lerobot, episodes_per_file: 0}", r"params.dataset: a valid clip spec \(episodes_per_file"),
+])
+def test_a_bad_dataset_is_an_error_naming_its_key(tmp_path, dataset, expected):
+    text = command_suite(tmp_path).read_text().replace("    cwd:", f"    dataset: {dataset}\n    cwd:")
     with pytest.raises(SuiteError, match=expected):
         load(write_suite(tmp_path / "bad.yaml", text))
 

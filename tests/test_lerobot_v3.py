@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -48,6 +49,27 @@ def test_v3_layout_metadata(pair):
     assert v3.video_path(camera, 0) == v3.video_path(camera, 1) != v3.video_path(camera, 2)
     assert [v3.first_frame(camera, e) for e in range(3)] == [0, 100, 0]
     assert len(list((v3.root / "videos").rglob("*.mp4"))) == 4  # 2 files x 2 cameras
+
+
+def test_v3_stats_are_those_of_what_was_written(pair):
+    """meta/stats.json, which a policy normalises with (lerobot-train reads it): every feature, the
+    low-dimensional ones exactly, a camera's per channel in [0, 1] with lerobot's (3, 1, 1) shape."""
+    _, v3 = pair
+    stats = json.loads((v3.root / "meta" / "stats.json").read_text())
+    info = json.loads((v3.root / "meta" / "info.json").read_text())
+    assert set(stats) == set(info["features"])
+    for figures in stats.values():
+        assert set(figures) == {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}
+    data = pd.concat(pd.read_parquet(f) for f in sorted((v3.root / "data").rglob("*.parquet")))
+    state = torch.tensor(np.stack(data["observation.state"].to_numpy()), dtype=torch.float64)
+    # the writer summed float32 values
+    assert stats["observation.state"]["mean"] == pytest.approx(state.mean(0).tolist(), rel=1e-4, abs=1e-6)
+    assert stats["observation.state"]["count"] == [len(data)] and stats["index"]["max"] == [len(data) - 1]
+    camera = stats["observation.images.a"]
+    assert torch.tensor(camera["mean"]).shape == (3, 1, 1)
+    assert 0 <= torch.tensor(camera["min"]).min() < torch.tensor(camera["max"]).max() <= 1
+    episodes = pd.read_parquet(v3.root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+    assert list(episodes["meta/episodes/file_index"]) == [0, 0, 0]
 
 
 @pytest.mark.parametrize("name", AVAILABLE)

@@ -4,6 +4,8 @@
 #   bash tools/device-wheels.sh decoders   # av (bundles FFmpeg 8), torchcodec, decord
 #   bash tools/device-wheels.sh train      # diffusers and what it lacks there
 #   bash tools/device-wheels.sh all        # both (~62 MiB: close to the 64 MiB that may travel)
+#   bash tools/device-wheels.sh lerobot    # LeRobot 0.6.1 and what lerobot-train needs there (~44 MiB;
+#                                          # its scripts land in /tmp/site/bin: put that on PATH)
 #   bash tools/device-wheels.sh dali       # NVIDIA DALI (199 MB: over what one call may carry),
 #                                          # split into .whl-dali/1..4, see below
 #   bash tools/device-wheels.sh NAME==VER  # any other pure or manylinux wheel
@@ -19,7 +21,7 @@
 set -eu
 tools=$(cd "$(dirname "$0")" && pwd)
 cd "$tools/.."  # the repository root, wherever it is called from
-[ $# -gt 0 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # pip of the project's .venv (.ci/setup), else of python3: a Debian python3 may have none
 py=.venv/bin/python
 [ -x "$py" ] || py=python3
@@ -37,6 +39,9 @@ for what in "$@"; do
     decoders) get_to .whl av==18.1.0 torchcodec==0.16.0 decord==0.6.0 ;;
     train) get_to .whl diffusers==0.42.1 importlib_metadata ;;
     all) get_to .whl av==18.1.0 torchcodec==0.16.0 decord==0.6.0 diffusers==0.42.1 importlib_metadata ;;
+    # within lerobot 0.6.1's pins (av < 16, torchcodec < 0.12, datasets < 5); the image has the rest
+    lerobot) get_to .whl lerobot==0.6.1 av==15.1.0 torchcodec==0.11.1 datasets==4.8.5 dill multiprocess \
+               draccus==0.11.6 mergedeep pyyaml-include toml gymnasium==1.2.2 farama-notifications jsonlines termcolor ;;
     dali)
       d=.whl-dali; mkdir -p "$d/dl"
       exclude=$(git rev-parse --git-path info/exclude)  # .gitignore names .whl/, not this folder

@@ -10,6 +10,7 @@ names, so analysis can tell knob columns from metric columns without a list of e
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -66,3 +67,9 @@ def param_columns(df: pd.DataFrame) -> list[str]:
 def varying_columns(df: pd.DataFrame, columns: Iterable[str]) -> list[str]:
     """Those of ``columns`` that take more than one value in ``df`` (missing counts as a value)."""
     return [c for c in columns if c in df.columns and df[c].astype(str).nunique(dropna=False) > 1]
+
+
+def group_keys(df: pd.DataFrame, columns: Iterable[str]) -> list[pd.Series]:
+    """``columns`` as groupby keys: a list or a mapping (a command's argv, its env) as its JSON text."""
+    return [df[c].map(lambda v: json.dumps(v, sort_keys=True, default=str) if isinstance(v, (list, dict)) else v)
+            for c in columns]

@@ -24,7 +24,7 @@ from benchbay import record as rec
 from benchbay.analysis.batch_search import infeasibility
 from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.cost import COST, FIGURES, PRICE_KEY, cost_column, price_column, say_absent
-from benchbay.analysis.frame import is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
+from benchbay.analysis.frame import group_keys, is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
 from benchbay.analysis.mfu import datasheet_mfu_column, fp8_mfu_column, mfu_column, peak_label_column
 from benchbay.analysis.quality import cards_note, graph_break_note, notes, warnings_of
@@ -322,7 +322,7 @@ def configurations(summary: pd.DataFrame, knob: str = "mbs") -> list[tuple[str, 
     if summary.empty or knob not in summary.columns:
         return []
     cols = config_columns(summary, knob)
-    groups = summary.groupby(cols, sort=False, dropna=False) if cols else [((), summary)]
+    groups = summary.groupby(group_keys(summary, cols), sort=False, dropna=False) if cols else [((), summary)]
     searched = [points.sort_values(knob) for _, points in groups
                 if points[knob].nunique() > 1 or _searched(points)]
     labels = [_base_label(points, knob) for points in searched]
@@ -409,7 +409,7 @@ def equivalent_groups(summary: pd.DataFrame, label_groups: Sequence[Sequence[str
     else:
         same = [c for c in ["suite", "workload", *param_columns(ok), *knob_columns(ok)]
                 if c in ok.columns and c not in NUMERICALLY_NEUTRAL]
-        groups = [g for _, g in ok.groupby(same, sort=False, dropna=False)] if same and len(ok) else []
+        groups = [g for _, g in ok.groupby(group_keys(ok, same), sort=False, dropna=False)] if same and len(ok) else []
     return [g for g in groups if len(g) > 1]
 
 

@@ -13,6 +13,8 @@ v3.0 (``layout: v3.0``, current lerobot), ``episodes_per_file`` episodes per fil
     <root>/meta/episodes/chunk-000/file-000.parquet        per episode: length, its data file, and per
                                                            camera its video file and from/to_timestamp
     <root>/meta/tasks.parquet
+    <root>/meta/stats.json                                 per feature: min, max, mean, std, count and
+                                                           quantiles (what a policy normalises with)
     <root>/data/chunk-000/file-000.parquet
     <root>/videos/<camera key>/chunk-000/file-000.mp4      episodes one after another
 
@@ -59,6 +61,10 @@ DATA_PATH_V3 = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH_V3 = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODES_PATH_V3 = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 LAYOUTS = ("v2.1", "v3.0")
+#: the quantiles in a v3.0 stats.json (DEFAULT_QUANTILES in lerobot's datasets/compute_stats.py)
+QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
+#: every how many frames a camera's stats sample an episode
+STATS_FRAME_STRIDE = 10
 
 #: encoders tried for each codec, in order; the first one this PyAV build has is used
 ENCODERS = {"h264": ("libx264",), "av1": ("libsvtav1", "libaom-av1", "librav1e"), "hevc": ("libx265",)}
@@ -294,6 +300,7 @@ def _write_v3(root: Path, spec: ClipSpec, seed: int, encoder: str) -> None:
         pd.concat([_lowdim(spec, episode, seed) for episode in episodes]).to_parquet(data_path, index=False)
         for episode in episodes:
             row = {"episode_index": episode, "tasks": ["synthetic task"], "length": spec.episode_frames,
+                   "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0,
                    "data/chunk_index": names["chunk_index"], "data/file_index": names["file_index"],
                    "dataset_from_index": episode * spec.episode_frames,
                    "dataset_to_index": (episode + 1) * spec.episode_frames}
@@ -315,6 +322,7 @@ def _write_v3(root: Path, spec: ClipSpec, seed: int, encoder: str) -> None:
     pd.DataFrame(rows).to_parquet(episodes_path, index=False)
     pd.DataFrame({"task_index": [0]}, index=pd.Index(["synthetic task"], name="task")).to_parquet(
         root / "meta" / "tasks.parquet")
+    (root / "meta" / "stats.json").write_text(json.dumps(_stats(spec, seed), indent=2))
     info = _info(spec, encoder)
     for key in ("total_videos", "total_chunks"):  # not in v3.0's info.json
         del info[key]
@@ -325,6 +333,31 @@ def _write_v3(root: Path, spec: ClipSpec, seed: int, encoder: str) -> None:
     # (DEFAULT_*_FILE_SIZE_IN_MB, huggingface/lerobot@f55c6e89f01a:src/lerobot/datasets/utils.py; video files
     # are 200 MB since 18b32dced982)
     (root / "meta" / "info.json").write_text(json.dumps(info, indent=2))
+
+
+def _stats(spec: ClipSpec, seed: int) -> dict[str, dict[str, Any]]:
+    """v3.0's meta/stats.json, from what was written: the low-dimensional columns exactly, each camera
+    per channel over every ``STATS_FRAME_STRIDE``-th source frame scaled to [0, 1] (shape (3, 1, 1), as
+    lerobot keeps an image's stats)."""
+    import pandas as pd
+
+    def summary(values: np.ndarray, axis: tuple[int, ...]) -> dict[str, Any]:
+        keep = values.ndim > 2  # an image's stats keep their reduced axes
+        figures = {"min": values.min(axis, keepdims=keep), "max": values.max(axis, keepdims=keep),
+                   "mean": values.mean(axis, keepdims=keep), "std": values.std(axis, keepdims=keep),
+                   **{f"q{round(q * 100):02d}": np.quantile(values, q, axis=axis, keepdims=keep) for q in QUANTILES}}
+        if keep:
+            figures = {k: v[0] for k, v in figures.items()}  # (1, 3, 1, 1) -> (3, 1, 1)
+        return {**{k: np.asarray(v, dtype=np.float64).tolist() for k, v in figures.items()}, "count": [len(values)]}
+
+    table = pd.concat([_lowdim(spec, episode, seed) for episode in range(spec.episodes)])
+    stats = {name: summary(np.stack(table[name].to_numpy()) if table[name].dtype == object
+                           else table[name].to_numpy()[:, None], (0,)) for name in table.columns}
+    for camera_index, key in enumerate(spec.cameras):
+        frames = np.stack([source_frame(spec, camera_index, seed, t, episode) for episode in range(spec.episodes)
+                           for t in range(0, spec.episode_frames, STATS_FRAME_STRIDE)])
+        stats[key] = summary(frames.transpose(0, 3, 1, 2) / 255.0, (0, 2, 3))
+    return stats
 
 
 def join_videos(parts: list[Path], path: Path) -> None:
@@ -362,6 +395,8 @@ def cached_dataset(spec: ClipSpec, seed: int = 0, cache_dir: Path | None = None)
     fields = dataclasses.asdict(spec)
     if spec.layout == "v2.1":  # the key a v2.1 dataset had before the layout fields: caches stay valid
         del fields["layout"], fields["episodes_per_file"]
+    else:  # v3.0 datasets gained meta/stats.json: a cache written before has none
+        fields["stats"] = True
     key = hashlib.sha1(json.dumps([fields, seed]).encode()).hexdigest()[:12]
     root = cache_dir / key
     if (root / "meta" / "info.json").exists():

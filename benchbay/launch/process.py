@@ -31,6 +31,7 @@ from benchbay.record import (
     STEP_TIME_S,
     Status,
 )
+from benchbay.workloads.command import POINT_DIR_ENV
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
@@ -91,6 +92,7 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
     env["TORCHINDUCTOR_CACHE_DIR"] = spec.compile_cache_dir or str(workdir / "inductor")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     env[POINT_MARK] = mark = secrets.token_hex(8)
+    env[POINT_DIR_ENV] = str(workdir.resolve())
     timed_out, state = False, ""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command(spec_path, result_path, launch), stdout=log, stderr=subprocess.STDOUT,

@@ -304,12 +304,14 @@ def _figures(harness: StepHarness, spec: PointSpec, measured: Measured, collecto
                SAMPLES_PER_STEP: workload.samples_per_step(), FLOPS_PER_SAMPLE: flops.get("train"),
                "frozen_flops_per_sample": flops.get("frozen"),
                MEASURED_STEPS: end - first, **own.get("metrics", {}), **collected.metrics}
-    metrics.update(_data_wait(measured.data_s[first:end], times[first:end]))
+    own_series = own.get("series", {})
+    data_s = own_series.get(DATA_WAITS_S) or measured.data_s  # a command's: what its output says
+    metrics.update(_data_wait(data_s[first:end], times[first:end]))
     if measured.loader_s[first:end]:  # the mean step a loader can feed (workloads.feed's last_loader_s)
         metrics[LOADER_S] = statistics.fmean(measured.loader_s[first:end])
     return {"metrics": metrics,
             "series": {STEP_TIMES_S: times, LOSSES: loss_values, "grad_norms": grad_values,
-                       **({DATA_WAITS_S: measured.data_s} if measured.data_s else {}), **collected.series},
+                       **({DATA_WAITS_S: data_s} if data_s else {}), **own_series, **collected.series},
             "extra": {**workload.extra_metrics(), **own.get("extra", {}), **collected.extra,
                       # timed steps short of the configured ones: the measure budget ended them
                       **({"measure_budget_spent": True} if len(times) < measured.warmup + spec.steps.measure else {}),

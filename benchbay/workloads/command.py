@@ -5,7 +5,9 @@ are timed from inside by the probe (``benchbay/workloads/probe/sitecustomize.py`
 command's PYTHONPATH): each optimizer step's end, on the device's clock. Where the probe sees no
 optimizer step, ``step_regex`` (a line per step) or ``throughput_regex`` (samples/s) over the
 output stand in. Once the warm-up and measured steps are in, the command is stopped (SIGINT, then
-SIGTERM, then SIGKILL to its process group). Read without torch: it is also its own declaration."""
+SIGTERM, then SIGKILL to its process group). ``dataset`` gives it a LeRobot dataset benchbay writes
+(a ``benchbay.decode.clips`` preset, its fields changed as given), named by ``{dataset}``; ``{scratch}``
+is a folder of the point's own, removed when it ends. Read without torch: it is also its own declaration."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from benchbay.knobs import Choice
-from benchbay.record import LOSSES, PEAK_MEM_ALLOCATED_GIB, PEAK_MEM_RESERVED_GIB
+from benchbay.record import LOSSES, PEAK_MEM_ALLOCATED_GIB, PEAK_MEM_RESERVED_GIB, STEP_TIMES_S
 from benchbay.workloads.base import Workload
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
@@ -36,9 +38,15 @@ OOM_WORDS = ("out of memory", "outofmemoryerror", "cublas_status_alloc_failed")
 STOP_GRACE_S = (10.0, 5.0)
 POLL_S = 0.005
 LOSS_GRACE_S = 5.0
-#: placeholders beside the knobs: the point's device type, and the Python running benchbay
-SPECIAL = ("device", "python")
+#: placeholders beside the knobs: the point's device type, the Python running benchbay, the point's
+#: own scratch folder, and the dataset of ``params.dataset``
+SPECIAL = ("device", "python", "scratch", "dataset")
 TAIL_CHARS = 2000
+#: the series every point records itself: a series_regex may not stand in for them
+OWN_SERIES = (STEP_TIMES_S, LOSSES, "grad_norms")
+#: the point's own folder (set by the launcher): a command's scratch goes inside, so that it goes with the
+#: point's folder even where the worker was killed (a timeout, Ctrl-C) before it could remove it
+POINT_DIR_ENV = "BENCHBAY_POINT_DIR"
 
 
 class CommandFailed(RuntimeError):
@@ -52,12 +60,15 @@ class Command(Workload):
         "env": {},  # environment switches: name -> string, placeholders allowed
         "knobs": {},  # the command's own knobs: name -> values, the first the default
         "loss_regex": None,  # a regular expression whose first group is a step's loss
+        "series_regex": {},  # name -> a regular expression of a per-step figure the script prints (its own
+        # clocks), recorded as a series; data_waits_s (its data wait, s) feeds the data-wait figures
         "step_regex": None,  # a line per step, where the probe sees no optimizer step
         "throughput_regex": None,  # samples/s, where neither sees steps
         "samples_per_step": None,  # samples one step trains ("{mbs}" by default, times the ranks)
         "cwd": None,  # where it runs (relative to the working directory)
+        "dataset": None,  # {preset: a clips preset, field: value...}: written once (cached), named by {dataset}
     }
-    mapping_params: ClassVar[tuple[str, ...]] = ("env", "knobs")
+    mapping_params: ClassVar[tuple[str, ...]] = ("env", "knobs", "dataset", "series_regex")
     own_clock: ClassVar[bool] = True
 
     @classmethod
@@ -74,6 +85,7 @@ class Command(Workload):
         self.proc: subprocess.Popen | None = None
         self.scratch: tempfile.TemporaryDirectory | None = None
         self._read: dict[Path, tuple[int, list[str]]] = {}  # per file: bytes read, its lines
+        self.dataset_root: Path | None = None
         self.started = 0.0
         self.out: Path | None = None
         self.log: Path | None = None
@@ -82,9 +94,13 @@ class Command(Workload):
 
     # ---- what the command is -------------------------------------------------------------------
     def values(self) -> dict[str, str]:
-        """What a placeholder may name: every knob of the point, the device and benchbay's own Python."""
+        """What a placeholder may name: every knob of the point, the device, benchbay's own Python and,
+        once started, the point's scratch folder and its dataset."""
+        started = {"scratch": self.scratch.name} if self.scratch is not None else {}
+        if self.dataset_root is not None:
+            started["dataset"] = str(self.dataset_root)
         return {**{k: str(v) for k, v in self.knob_values.items()}, "device": self.device.type,
-                "python": sys.executable}
+                "python": sys.executable, **started}
 
     def fill(self, text: str) -> str:
         values = self.values()
@@ -109,7 +125,12 @@ class Command(Workload):
 
     def start(self) -> None:
         """Start the command in a process group of its own, the probe first on its PYTHONPATH."""
-        self.scratch = tempfile.TemporaryDirectory(prefix="benchbay-command-")  # removed once it is stopped
+        if self.params["dataset"] is not None:
+            from benchbay.decode.clips import cached_dataset
+
+            self.dataset_root = cached_dataset(dataset_spec(self.params["dataset"]))
+        self.scratch = tempfile.TemporaryDirectory(prefix="benchbay-command-",  # removed once it is stopped
+                                                   dir=os.environ.get(POINT_DIR_ENV))
         self.out, self.log = Path(self.scratch.name) / "probe", Path(self.scratch.name) / "command.log"
         env = {**os.environ, **{k: self.fill(str(v)) for k, v in (self.params["env"] or {}).items()},
                "BENCHBAY_PROBE_OUT": str(self.out),
@@ -214,7 +235,9 @@ class Command(Workload):
             figures["metrics"] = {PEAK_MEM_ALLOCATED_GIB: seen[-1]["peak_allocated"] / 2**30,
                                   PEAK_MEM_RESERVED_GIB: seen[-1]["peak_reserved"] / 2**30}
         if self.params["loss_regex"]:
-            figures[LOSSES] = self._losses(steps)
+            figures[LOSSES] = self._per_step(self.params["loss_regex"], steps)
+        if self.params["series_regex"]:
+            figures["series"] = {name: self._per_step(rx, steps) for name, rx in self.params["series_regex"].items()}
         output = self.output()
         if self.params["throughput_regex"]:
             rates = [float(m.group(1)) for m in re.finditer(self.params["throughput_regex"], output)]
@@ -222,19 +245,28 @@ class Command(Workload):
                 figures["metrics"] = {**figures.get("metrics", {}), "command_samples_per_s": rates[-1]}
         return figures
 
-    def _losses(self, steps: int) -> list[float]:
-        """The first ``steps`` losses of the output: a script prints a step's loss after its optimizer
-        step, so the last may come a moment after the probe saw the step (waited for, briefly)."""
+    def _per_step(self, regex: str, steps: int) -> list[float]:
+        """The first ``steps`` values ``regex`` finds in the output (a loss, a clock): a script prints a
+        step's figures after its optimizer step, so the last may come a moment after the probe saw the
+        step (waited for, briefly)."""
         deadline = time.monotonic() + LOSS_GRACE_S
         while True:
-            losses = [float(m.group(1)) for m in re.finditer(self.params["loss_regex"], self.output())][:steps]
-            if len(losses) >= steps or self.proc.poll() is not None or time.monotonic() > deadline:
-                return losses
+            values = [float(m.group(1)) for m in re.finditer(regex, self.output())][:steps]
+            if len(values) >= steps or self.proc.poll() is not None or time.monotonic() > deadline:
+                return values
             time.sleep(POLL_S)
 
     def extra_metrics(self) -> dict[str, Any]:
         return {"command": [self.fill(a) for a in self.params["argv"]],
                 "probe": "optimizer-step hook" if self._probed() else "output"}
+
+
+def dataset_spec(given: dict[str, Any]):
+    """The ``ClipSpec`` of ``params.dataset``: its preset with the other keys' values."""
+    from benchbay.decode.clips import PRESETS
+
+    fields = dict(given)
+    return PRESETS[fields.pop("preset")].replace(**fields)
 
 
 def _last_line(text: str) -> str:
@@ -271,7 +303,7 @@ def check(params: dict[str, Any], error) -> None:
             error(f"workload.params.knobs.{name}", "a name of letters, digits and _ that is not a generic knob")
         elif not (isinstance(values, list) and values and all(isinstance(v, (str, int, float, bool)) for v in values)):
             error(f"workload.params.knobs.{name}", f"a non-empty list of values, got {values!r}")
-    known = {*GENERIC, *knobs, *SPECIAL}
+    known = {*GENERIC, *knobs, *SPECIAL} - ({"dataset"} if params.get("dataset") is None else set())
     for where, text in [*((f"argv[{i}]", a) for i, a in enumerate(argv)),
                         *((f"env.{k}", str(v)) for k, v in env.items()),
                         *([("samples_per_step", str(params["samples_per_step"]))]
@@ -279,8 +311,14 @@ def check(params: dict[str, Any], error) -> None:
         for name in re.findall(r"\{([^{}]*)\}", text):
             if name not in known or not PLACEHOLDER.fullmatch("{" + name + "}"):
                 error(f"workload.params.{where}", f"placeholders naming a knob ({sorted(known)}), got {{{name}}}")
-    for key in ("loss_regex", "step_regex", "throughput_regex"):
-        rx = params.get(key)
+    series = params.get("series_regex", {})
+    if not (isinstance(series, dict) and all(isinstance(k, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", k)
+                                             and k not in OWN_SERIES for k in series)):
+        error("workload.params.series_regex", f"a mapping of series names (lower-case letters, digits, _; not "
+                                              f"{', '.join(OWN_SERIES)}) to regular expressions")
+        series = {}
+    for key, rx in [*((k, params.get(k)) for k in ("loss_regex", "step_regex", "throughput_regex")),
+                    *((f"series_regex.{name}", rx) for name, rx in series.items())]:
         if rx is None:
             continue
         try:
@@ -293,4 +331,26 @@ def check(params: dict[str, Any], error) -> None:
     cwd = params.get("cwd")
     if cwd is not None and not (isinstance(cwd, str) and Path(cwd).is_dir()):
         error("workload.params.cwd", f"an existing folder, got {cwd!r}")
+    _check_dataset(params.get("dataset"), error)
+
+
+def _check_dataset(given: Any, error) -> None:
+    """``params.dataset``: a mapping with a clips preset and fields of ``ClipSpec`` that make a valid one."""
+    if given is None:
+        return
+    import dataclasses
+
+    from benchbay.decode.clips import PRESETS, ClipSpec
+
+    if not isinstance(given, dict) or given.get("preset") not in PRESETS:
+        error("workload.params.dataset", f"a mapping with preset: one of {sorted(PRESETS)} (and fields of the "
+                                         f"clip spec to change), got {given!r}")
+        return
+    fields = {f.name for f in dataclasses.fields(ClipSpec)}
+    for key in given.keys() - {"preset"} - fields:
+        error(f"workload.params.dataset.{key}", f"a field of the clip spec ({sorted(fields)})")
+    try:
+        dataset_spec({k: v for k, v in given.items() if k == "preset" or k in fields})
+    except (TypeError, ValueError) as exc:
+        error("workload.params.dataset", f"a valid clip spec ({exc})")
 

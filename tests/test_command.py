@@ -91,6 +91,7 @@ def test_a_script_runs_as_it_is_its_switches_swept_and_its_steps_timed_by_the_pr
         assert r.metrics["samples_per_step"] == r.knobs["mbs"]
         assert len(r.series["step_times_s"]) == 8 and len(r.series["losses"]) == 8
         assert r.extra["command"][3] == str(r.knobs["mbs"])  # the flag took the point's batch
+        assert 0.05 < r.metrics["peak_host_rss_gib"] < 8  # the script's process (torch alone is ~0.3 GiB)
     # the environment switch reached the script: each of its steps sleeps 100 ms against 10
     fast, slow = records
     assert min(slow.series["step_times_s"]) >= 0.1 > fast.metrics["step_time_s"]

@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from benchbay.knobs import Choice
-from benchbay.record import LOSSES, PEAK_MEM_ALLOCATED_GIB, PEAK_MEM_RESERVED_GIB, STEP_TIMES_S
+from benchbay.record import (
+    LOSSES,
+    PEAK_HOST_RSS_GIB,
+    PEAK_MEM_ALLOCATED_GIB,
+    PEAK_MEM_RESERVED_GIB,
+    STEP_TIMES_S,
+)
 from benchbay.workloads.base import Workload
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
@@ -234,6 +240,8 @@ class Command(Workload):
         if seen and "peak_allocated" in seen[-1]:
             figures["metrics"] = {PEAK_MEM_ALLOCATED_GIB: seen[-1]["peak_allocated"] / 2**30,
                                   PEAK_MEM_RESERVED_GIB: seen[-1]["peak_reserved"] / 2**30}
+        if seen and "peak_rss" in seen[-1]:  # the command's (rank 0's) process, not the worker's
+            figures["metrics"] = {**figures.get("metrics", {}), PEAK_HOST_RSS_GIB: seen[-1]["peak_rss"] / 2**30}
         if self.params["loss_regex"]:
             figures[LOSSES] = self._per_step(self.params["loss_regex"], steps)
         if self.params["series_regex"]:

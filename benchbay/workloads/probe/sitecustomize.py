@@ -16,6 +16,7 @@ import importlib.abc
 import importlib.util
 import json
 import os
+import resource
 import sys
 import time
 
@@ -93,6 +94,8 @@ class _Probe:
                        "peak_reserved": torch.cuda.max_memory_reserved()}
             else:
                 dt, mem = (mark - self.marks[i - 1] if i else None), {}
+            # this process's peak RSS since it started (the OS keeps no window): a CPU run's peak memory
+            mem["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             self.file.write(json.dumps({"step": i, "dt": dt, "t": time.time(), **mem}) + "\n")
             self.written += 1
 

@@ -1,0 +1,48 @@
+"""The committed run of suites/lerobot-train.yaml (LeRobot's own lerobot-train, unmodified) means what
+it says: the probe's step times are lerobot-train's own clocks (its update plus its wait for the
+batch, which it prints each step), and the loader's workers do not change what the model trains on."""
+
+from pathlib import Path
+
+import pytest
+
+from benchbay import store
+from benchbay.record import DATA_WAITS_S, LOSSES, STEP_TIMES_S, Status
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = store.find_runs([ROOT / "results" / "lerobot-train"]) if (ROOT / "results" / "lerobot-train").is_dir() else []
+pytestmark = pytest.mark.skipif(not RUNS, reason="no committed run of suites/lerobot-train.yaml")
+
+
+@pytest.fixture(scope="module")
+def run():
+    return store.newest_first(RUNS)[0]
+
+
+@pytest.fixture(scope="module")
+def records(run):
+    return {r.label: r for r in store.typed_records(run)}
+
+
+def test_every_point_was_timed_by_the_probe(records):
+    assert records and all(r.status == Status.OK for r in records.values())
+    assert {r.extra["probe"] for r in records.values()} == {"optimizer-step hook"}
+
+
+def test_the_probe_agrees_with_lerobot_trains_own_clocks(records):
+    for r in records.values():
+        warmup = int(r.metrics["warmup_steps"])
+        probe = r.series[STEP_TIMES_S][warmup:]
+        own = [u + d for u, d in zip(r.series["update_s"], r.series[DATA_WAITS_S], strict=True)][warmup:]
+        assert len(probe) == len(own) == r.metrics["measured_steps"]
+        assert sum(probe) == pytest.approx(sum(own), rel=0.01), r.label  # its clocks print 3 decimals
+
+
+def test_the_loaders_workers_do_not_change_the_losses(run, records):
+    """The suite's equivalent groups (those the run measured): the same losses, to the digit printed."""
+    groups = [[records[label] for label in group if label in records]
+              for group in store.read_manifest(run)["suite_as_run"]["equivalent"]]
+    assert any(len(group) > 1 for group in groups)
+    for reference, *others in (group for group in groups if len(group) > 1):
+        for other in others:
+            assert other.series[LOSSES] == reference.series[LOSSES], other.label

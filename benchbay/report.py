@@ -209,8 +209,8 @@ def _sweep_blocks(points: pd.DataFrame) -> list[Block]:
     if points[rec.MFU].notna().any() and sources:
         blocks.append(Text("MFU = FLOPs of the trained parts a sample (forward + backward: DreamZero's transformer "
                            "only, its frozen encoders not counted; Wall-X's whole model) x samples/s/GPU / peak; "
-                           "the MFU's peak of each point is its column (one figure per GPU model: the table's, else a GEMM "
-                           "probe of the machine where measured): "
+                           "the MFU's peak of each point is its column (one figure per GPU model: the table's, "
+                           "else a GEMM probe of the machine where measured): "
                            + "; ".join(f"{d}: {s}" for d, s in sources.items())
                            + "; the datasheet column divides by the vendor's dense bf16 figure instead."))
     return blocks

@@ -23,6 +23,7 @@ import pandas as pd
 from benchbay import document
 from benchbay import record as rec
 from benchbay.analysis import data_loading, plots
+from benchbay.analysis.batch_size import effective_throughput
 from benchbay.analysis.breakdown import leave_one_out, waterfall
 from benchbay.analysis.cost import cost_notes, prices
 from benchbay.analysis.frame import is_missing
@@ -36,7 +37,6 @@ from benchbay.analysis.tables import (
     SWEEP_COLUMNS,
     decodes,
     device_word,
-    effective_throughput,
     equivalent_groups,
     in_label_order,
     loss_agreement,
@@ -231,7 +231,8 @@ def _batch_blocks(points: pd.DataFrame, meta: SuiteMeta, stem: str, out_dir: Pat
             Image(figure, f"throughput and peak memory against {knob}"),
             Text(f"Effective throughput: each configuration at its own largest feasible {knob}"
                  + (f" (ok, {', '.join(rule)})" if rule else "")
-                 + f"; ratio = samples/s/{per} relative to the first configuration."),
+                 + f"; ratio = samples/s/{per} relative to the first configuration, with its 95% interval over "
+                 "processes and verdict (a configuration of one process against another of one has none)."),
             Table(display(table, per=per))]
 
 

@@ -18,14 +18,14 @@ from PIL import Image
 
 from benchbay.analysis import plots
 from benchbay.analysis.batch_search import feasible, largest_feasible
+from benchbay.analysis.batch_size import configurations, effective_throughput
 from benchbay.analysis.breakdown import leave_one_out, waterfall
+from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import flatten_record, knob_columns, records_to_frame
 from benchbay.analysis.mfu import lookup_peak, mfu_column, peak_flops_for
 from benchbay.analysis.steady import amortisation_steps, amortisation_table, detect_warmup
 from benchbay.analysis.tables import (
     combined_status,
-    configurations,
-    effective_throughput,
     equivalent_groups,
     loss_agreement,
     point_summary,
@@ -37,7 +37,7 @@ from benchbay.analysis.tables import (
 from benchbay.record import Record
 from benchbay.report import build_report
 from benchbay.suite.model import Search, SuiteMeta
-from tests.fixtures.make_records import WARMUP
+from tests.fixtures.make_records import ENV_CPU, MEASURED, WARMUP, record, timing_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BREAKDOWN = ["baseline", "+attention", "+compile", "+cuda_graph", "+selective"]
@@ -165,6 +165,26 @@ def test_effective_throughput_takes_each_configuration_at_its_largest_ok_batch(t
         return found[0]["metrics"]["samples_per_step"] / np.mean(pooled_steady(found))  # over the shown step
 
     assert table["ratio"].iloc[1] == pytest.approx(rate("+selective", 13) / rate("baseline", 6))
+    # one process a side: a ratio, but no interval and no verdict of faster or slower
+    assert table["verdict"].iloc[1] == Verdict.NO_INTERVAL and table[["ratio_low", "ratio_high"]].iloc[1].isna().all()
+
+
+def test_effective_throughput_says_whether_a_ratio_is_more_than_the_noise():
+    """Processes 3% apart: a configuration 1% faster is not significant, one 20% faster is faster."""
+    def config(name: str, step: float, mbs: int) -> list[dict]:
+        series = [[step * (1 + 0.03 * (repeat - 1)) * (1 + 0.001 * (i % 3)) for i in range(WARMUP + MEASURED)]
+                  for repeat in range(3)]
+        return [record("bs", "tiny", {}, {"mbs": mbs, "variant": name}, repeat, "ok", ENV_CPU,
+                       metrics=timing_metrics(steps, mbs), series={"step_times_s": steps})
+                for repeat, steps in enumerate(series)]
+
+    rows = config("a", 1.0, 4) + config("a", 1.8, 8) + config("b", 0.99 * 1.8, 8) + config("b", 0.99, 4) \
+        + config("c", 1.8 / 1.2, 8) + config("c", 1.0 / 1.2, 4)
+    table = effective_throughput(point_summary(records_to_frame(rows))).set_index("configuration")
+    assert table.loc["variant=b", "verdict"] == Verdict.NOT_SIGNIFICANT
+    assert table.loc["variant=c", "verdict"] == Verdict.FASTER
+    low, ratio, high = table.loc["variant=c", ["ratio_low", "ratio", "ratio_high"]]
+    assert low < ratio < high and ratio == pytest.approx(1.2)
 
 
 def test_effective_throughput_keeps_the_searchs_rule_of_what_fits():

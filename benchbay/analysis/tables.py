@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 
 from benchbay import record as rec
-from benchbay.analysis.batch_search import infeasibility
 from benchbay.analysis.compare import steady_step_times
 from benchbay.analysis.cost import COST, FIGURES, PRICE_KEY, cost_column, price_column, say_absent
 from benchbay.analysis.frame import group_keys, is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
@@ -31,7 +30,7 @@ from benchbay.analysis.quality import cards_note, graph_break_note, notes, warni
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
 from benchbay.analysis.update_fidelity import verdict, with_compute
-from benchbay.record import DELIVERED_RATE, SEARCH_GROUP, Status
+from benchbay.record import DELIVERED_RATE, Status
 
 #: figures summarised by their median over the ok repeats
 MEDIAN_METRICS = (rec.STEP_TIME_P10_S, rec.STEP_TIME_P90_S, rec.FIRST_STEP_S, rec.SAMPLES_PER_STEP, rec.SAMPLES_PER_S,
@@ -309,83 +308,6 @@ def device_word(points: pd.DataFrame) -> str:
         return "GPU" if (points["device"] == "cuda").any() else "device"
     on_device = rec.PEAK_MEM_ALLOCATED_GIB in points and points[rec.PEAK_MEM_ALLOCATED_GIB].notna().any()
     return "GPU" if on_device else "device"
-
-
-def config_columns(summary: pd.DataFrame, knob: str) -> list[str]:
-    """The varying knobs and params other than ``knob``: what tells one configuration from another."""
-    return [c for c in suite_varying(summary, summary["suite"].iloc[0]) if c != knob]
-
-
-def configurations(summary: pd.DataFrame, knob: str = "mbs") -> list[tuple[str, pd.DataFrame]]:
-    """``(name, points)`` for each configuration of one suite that was run at several ``knob``
-    values or searched (a search whose first probe did not fit ran one), points sorted by ``knob``."""
-    if summary.empty or knob not in summary.columns:
-        return []
-    cols = config_columns(summary, knob)
-    groups = summary.groupby(group_keys(summary, cols), sort=False, dropna=False) if cols else [((), summary)]
-    searched = [points.sort_values(knob) for _, points in groups
-                if points[knob].nunique() > 1 or _searched(points)]
-    labels = [_base_label(points, knob) for points in searched]
-    if all(labels) and len(set(labels)) == len(labels):  # the suite named them: "baseline", "optimized"
-        return list(zip(labels, searched, strict=True))
-    # else name each by what differs among the searched configurations only
-    names = varying_columns(pd.DataFrame([points.iloc[0] for points in searched]), cols) if searched else []
-    return [(describe(points.iloc[0], names), points) for points in searched]
-
-
-def _searched(points: pd.DataFrame) -> bool:
-    return f"extra.{SEARCH_GROUP}" in points and points[f"extra.{SEARCH_GROUP}"].notna().any()
-
-
-def _base_label(points: pd.DataFrame, knob: str) -> str | None:
-    """The suite label all of a configuration's points share: before a grid's or search's values
-    ("base mbs=8") and before an ``@`` that names the point's ``knob`` value ("+bf16@52")."""
-    def base(label: object, value: object) -> str | None:
-        if not isinstance(label, str):
-            return None
-        label = label.split(" ")[0]
-        stem, at, tail = label.rpartition("@")
-        return stem if at and stem and tail == str(value) else label
-
-    bases = {base(label, value) for label, value in zip(points["label"], points[knob], strict=True)}
-    return bases.pop() if len(bases) == 1 else None
-
-
-def effective_throughput(summary: pd.DataFrame, knob: str = "mbs", headroom_gib: float | None = None,
-                         zero_retries: bool = False, search_max: int | None = None) -> pd.DataFrame:
-    """Each configuration at its own largest feasible ``knob`` (every repeat ok and, as the
-    suite's search asks, no allocator retries and the memory headroom kept), with the smallest
-    value above it that is not and why (or that the search stopped at its ``search_max``), and
-    the throughput ratio to the first configuration.
-    """
-    columns = ["configuration", "largest_ok", rec.SAMPLES_PER_S_PER_GPU, rec.STEP_TIME_S,
-               rec.PEAK_MEM_RESERVED_GIB, "first_failing", "ratio"]
-    rows = []
-    for name, points in configurations(summary, knob):
-        why = pd.Series([infeasibility(row["status"], row, headroom_gib, zero_retries) for _, row in points.iterrows()],
-                        index=points.index, dtype=object)
-        fits = points[why.isna()]
-        best = fits.iloc[-1] if len(fits) else None
-        above = why if best is None else why[points[knob] > best[knob]]
-        failing = above.dropna()
-        if len(failing):
-            first_failing = f"{points.loc[failing.index[0], knob]} ({failing.iloc[0]})"
-        elif best is not None and search_max is not None and best[knob] >= search_max:
-            first_failing = f"none up to the search's max ({search_max})"
-        else:
-            first_failing = None
-        rows.append({
-            "configuration": name,
-            "largest_ok": best[knob] if best is not None else None,
-            rec.SAMPLES_PER_S_PER_GPU: best[rec.SAMPLES_PER_S_PER_GPU] if best is not None else np.nan,
-            rec.STEP_TIME_S: best[rec.STEP_TIME_S] if best is not None else np.nan,
-            rec.PEAK_MEM_RESERVED_GIB: best[rec.PEAK_MEM_RESERVED_GIB] if best is not None else np.nan,
-            "first_failing": first_failing,
-        })
-    table = pd.DataFrame(rows, columns=columns)
-    if len(table):
-        table["ratio"] = table[rec.SAMPLES_PER_S_PER_GPU] / table[rec.SAMPLES_PER_S_PER_GPU].iloc[0]
-    return table
 
 
 #: knobs a point may change without changing the maths (its losses should match)

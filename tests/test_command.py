@@ -189,6 +189,7 @@ def test_a_command_that_is_not_found_is_one_error_before_any_point_runs(tmp_path
     (("    cwd:", "    series_regex: {Data: 'x ([0-9]+)'}\n    cwd:"), "series_regex: a mapping of series names"),
     (("    cwd:", "    series_regex: {data: 'x'}\n    cwd:"), "series_regex.data: a regular expression with a group"),
     (("    cwd:", "    series_regex: {losses: 'x ([0-9]+)'}\n    cwd:"), "series_regex: a mapping of series names"),
+    (("    cwd:", "    series_regex: {switch: 'x ([0-9]+)'}\n    cwd:"), "series_regex: a mapping of series names"),
     (('"{mbs}"', '"{dataset}"'), r"argv\[3\]: placeholders naming a knob"),  # no params.dataset to name
 ])
 def test_a_bad_command_is_an_error_naming_its_key(tmp_path, change, expected):

@@ -39,12 +39,13 @@ def point_key_columns(df: pd.DataFrame) -> list[str]:
 
     The knobs are those the rows name in ``knob_names`` (``records_to_frame`` keeps them); for a
     frame built another way, every column that is not a record field nor prefixed ``env.``,
-    ``extra.``, ``param.``.
+    ``extra.``, ``param.``, nor holds lists (a series).
     """
     if "knob_names" in df:
         knobs = knob_columns(df)
     else:
-        knobs = [c for c in df.columns if c not in _RECORD_FIELDS and not c.startswith(_NON_KNOB_PREFIXES)]
+        knobs = [c for c in df.columns if c not in _RECORD_FIELDS and not c.startswith(_NON_KNOB_PREFIXES)
+                 and not df[c].map(lambda v: isinstance(v, (list, tuple))).any()]  # a series (a command's own)
     fixed = [c for c in ("suite", "workload", "world_size") if c in df.columns]
     return fixed + sorted(param_columns(df)) + sorted(knobs)
 

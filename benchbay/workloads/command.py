@@ -27,11 +27,12 @@ from typing import Any, ClassVar
 
 from benchbay.knobs import Choice
 from benchbay.record import (
+    DATA_WAITS_S,
+    FIGURES,
     LOSSES,
     PEAK_HOST_RSS_GIB,
     PEAK_MEM_ALLOCATED_GIB,
     PEAK_MEM_RESERVED_GIB,
-    STEP_TIMES_S,
 )
 from benchbay.workloads.base import Workload
 
@@ -48,8 +49,6 @@ LOSS_GRACE_S = 5.0
 #: own scratch folder, and the dataset of ``params.dataset``
 SPECIAL = ("device", "python", "scratch", "dataset")
 TAIL_CHARS = 2000
-#: the series every point records itself: a series_regex may not stand in for them
-OWN_SERIES = (STEP_TIMES_S, LOSSES, "grad_norms")
 #: the point's own folder (set by the launcher): a command's scratch goes inside, so that it goes with the
 #: point's folder even where the worker was killed (a timeout, Ctrl-C) before it could remove it
 POINT_DIR_ENV = "BENCHBAY_POINT_DIR"
@@ -320,10 +319,11 @@ def check(params: dict[str, Any], error) -> None:
             if name not in known or not PLACEHOLDER.fullmatch("{" + name + "}"):
                 error(f"workload.params.{where}", f"placeholders naming a knob ({sorted(known)}), got {{{name}}}")
     series = params.get("series_regex", {})
+    taken = {*GENERIC, *knobs, *SPECIAL, *FIGURES} - {DATA_WAITS_S}  # a column of its own in the tables
     if not (isinstance(series, dict) and all(isinstance(k, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", k)
-                                             and k not in OWN_SERIES for k in series)):
-        error("workload.params.series_regex", f"a mapping of series names (lower-case letters, digits, _; not "
-                                              f"{', '.join(OWN_SERIES)}) to regular expressions")
+                                             and k not in taken for k in series)):
+        error("workload.params.series_regex", "a mapping of series names (lower-case letters, digits, _; not a "
+                                              "knob's nor a recorded figure's) to regular expressions")
         series = {}
     for key, rx in [*((k, params.get(k)) for k in ("loss_regex", "step_regex", "throughput_regex")),
                     *((f"series_regex.{name}", rx) for name, rx in series.items())]:

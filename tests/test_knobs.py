@@ -217,3 +217,15 @@ def test_selective_recompute_keeps_attention_outputs(attention, mode, recomputed
     under full recompute only; selective and attention keep their outputs (their save lists name them)."""
     calls = attention_calls_in_backward({"precision": "fp32", "attention": attention, "recompute": mode}, CPU)
     assert (calls > 0) == recomputed
+
+
+def test_selective_recompute_saves_fp8_matmuls_as_it_saves_bf16_ones():
+    """torchao's float8 linears reach the policy as aten._scaled_mm: saved, not recomputed, like mm."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from benchbay.knobs import recompute
+
+    recompute._fill_policy_sets()
+    for op in (torch.ops.aten.mm.default, torch.ops.aten._scaled_mm.default):
+        assert recompute._selective(None, op) == CheckpointPolicy.MUST_SAVE
+    assert recompute._selective(None, torch.ops.aten.gelu.default) == CheckpointPolicy.PREFER_RECOMPUTE

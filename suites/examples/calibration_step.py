@@ -26,7 +26,7 @@ class Block(nn.Module):
 
 class MatmulStep(TrainingWorkload):
     name = "matmul-step"
-    knobs = {"slowdown": Choice((0.0, 0.25), "blocks added on purpose, as a share of depth: a planted slowdown")}
+    knobs = {"slowdown": Choice((0.0, 0.05, 0.25), "blocks added on purpose, as a share of depth: a planted slowdown")}
     params = {"width": 256, "depth": 11, "tokens": 64}
 
     def blocks(self) -> int:

@@ -2,6 +2,8 @@
 from a pool of processes, the repeats they are sized to, the document written from the result, and
 the suite's own step run end to end (tiny)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -76,3 +78,18 @@ def test_the_suites_step_runs_and_the_command_analyses_its_run(tmp_path, in_proc
                  "--draws", "5"]) == 0
     assert "A/A false alarms" in capsys.readouterr().out
     assert "| processes (same, slower) | 3, 3 |" in (tmp_path / "doc.md").read_text()
+
+
+GPU_RUN = Path(__file__).resolve().parents[1] / "results" / "gate-calibration-gpu" / "20261205-103552-1994"
+
+
+@pytest.mark.slow  # 1,000 resampled gate decisions, as the document drew them
+@pytest.mark.skipif(not GPU_RUN.is_dir(), reason="the committed GPU calibration run is not here")
+def test_the_committed_gpu_calibration_says_what_its_run_says():
+    """docs/gate-calibration-gpu.md against its run (an H100: a +5% plant, processes 0.2% apart)."""
+    result = calibrate(load_runs([GPU_RUN]), "step_time:median:5%")
+    text = (GPU_RUN.parents[2] / "docs" / "gate-calibration-gpu.md").read_text()
+    assert result.repeats == 2 and result.detection_rate >= 0.95 and result.false_alarm_rate <= 0.05
+    for count in (result.caught, result.false_alarms):
+        assert f"| {count}/{result.draws} = " in text
+    assert f"+{result.measured:.1%}" in text

@@ -65,8 +65,8 @@ def effective_throughput(summary: pd.DataFrame, knob: str = "mbs", headroom_gib:
     """
     columns = ["configuration", "largest_ok", rec.SAMPLES_PER_S_PER_GPU, rec.STEP_TIME_S,
                rec.PEAK_MEM_RESERVED_GIB, "first_failing", "ratio", "ratio_low", "ratio_high", "verdict"]
-    rows, bests = [], []
-    for name, points in configurations(summary, knob):
+    rows, first = [], None
+    for i, (name, points) in enumerate(configurations(summary, knob)):
         why = pd.Series([infeasibility(row["status"], row, headroom_gib, zero_retries) for _, row in points.iterrows()],
                         index=points.index, dtype=object)
         fits = points[why.isna()]
@@ -79,21 +79,19 @@ def effective_throughput(summary: pd.DataFrame, knob: str = "mbs", headroom_gib:
             first_failing = f"none up to the search's max ({search_max})"
         else:
             first_failing = None
-        bests.append(best)
-        rows.append({
+        row = {
             "configuration": name,
             "largest_ok": best[knob] if best is not None else None,
             rec.SAMPLES_PER_S_PER_GPU: best[rec.SAMPLES_PER_S_PER_GPU] if best is not None else np.nan,
             rec.STEP_TIME_S: best[rec.STEP_TIME_S] if best is not None else np.nan,
             rec.PEAK_MEM_RESERVED_GIB: best[rec.PEAK_MEM_RESERVED_GIB] if best is not None else np.nan,
             "first_failing": first_failing,
-        })
-    for row, best in zip(rows, bests, strict=True):
-        if best is not None and bests[0] is not None and row is not rows[0]:
-            change = point_changes(bests[0], best)
+        }
+        if i == 0:  # the reference the others are a ratio of
+            first, row["ratio"] = best, 1.0 if best is not None else np.nan
+        elif best is not None and first is not None:
+            change = point_changes(first, best)
             row.update(ratio=1 + change["throughput_change"], ratio_low=1 + change["throughput_change_low"],
                        ratio_high=1 + change["throughput_change_high"], verdict=change["verdict"])
-    table = pd.DataFrame(rows, columns=columns)
-    if len(table):
-        table.loc[0, "ratio"] = 1.0 if bests[0] is not None else np.nan
-    return table
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)

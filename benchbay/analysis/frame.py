@@ -69,7 +69,12 @@ def varying_columns(df: pd.DataFrame, columns: Iterable[str]) -> list[str]:
     return [c for c in columns if c in df.columns and df[c].astype(str).nunique(dropna=False) > 1]
 
 
+def as_json(value: Any) -> Any:
+    """A list, tuple or mapping (a command's argv, its env) as its JSON text, keys sorted: hashable,
+    and one spelling per value; anything else as it is."""
+    return json.dumps(value, sort_keys=True, default=str) if isinstance(value, (list, tuple, dict)) else value
+
+
 def group_keys(df: pd.DataFrame, columns: Iterable[str]) -> list[pd.Series]:
-    """``columns`` as groupby keys: a list or a mapping (a command's argv, its env) as its JSON text."""
-    return [df[c].map(lambda v: json.dumps(v, sort_keys=True, default=str) if isinstance(v, (list, dict)) else v)
-            for c in columns]
+    """``columns`` as groupby keys (lists and mappings as their JSON text: ``as_json``)."""
+    return [df[c].map(as_json) for c in columns]

@@ -3,7 +3,6 @@ knobs), two frames' points matched on them, how their environments differ, and a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchbay.analysis.frame import is_missing, knob_columns, param_columns
+from benchbay.analysis.frame import as_json, is_missing, knob_columns, param_columns
 from benchbay.record import FIGURES, Record
 
 #: environment fields that make two measurements incomparable when they differ
@@ -29,9 +28,7 @@ def _canonical(value: Any) -> str:
         return "null"
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
+    return str(as_json(value))
 
 
 def point_key_columns(df: pd.DataFrame) -> list[str]:

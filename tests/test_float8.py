@@ -46,10 +46,40 @@ def test_a_cpu_suite_skips_the_float8_points_before_their_process(tmp_path):
 
 def test_below_compute_capability_8_9_it_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # an A100
-    reason = float8.skip_reason({"float8": "rowwise"}, torch.device("cuda", 0))
+    reason = float8.skip_reason({"float8": "rowwise", "mbs": 1}, torch.device("cuda", 0), {})
     assert "compute capability 8.9 or newer (this one: 8.0)" in reason
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H200
-    assert float8.skip_reason({"float8": "rowwise"}, torch.device("cuda", 0)) is None
+    assert float8.skip_reason({"float8": "rowwise", "mbs": 1}, torch.device("cuda", 0), {}) is None
+
+
+def dreamzero(preset: str, mbs: int, recipe: str):
+    cls = registry.resolve("dreamzero")
+    return cls({"preset": preset}, {**knob_table.defaults_for(cls), "mbs": mbs, "float8": recipe}, META)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_a_batch_whose_rows_no_fp8_weight_gradient_takes_is_refused(recipe, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    cuda, rows = torch.device("cuda", 0), {"attn.q": 15940, "attn.k": 257}
+    for mbs in (1, 2, 3):
+        reason = float8.skip_reason({"float8": recipe, "mbs": mbs}, cuda, rows)
+        assert reason.startswith(f"float8={recipe} at mbs {mbs} converts no linear")
+        assert f"(15940 x {mbs}, 257 x {mbs})" in reason
+        assert reason.endswith("use rowwise_with_gw_hp or an mbs that is a multiple of 4")
+    assert float8.skip_reason({"float8": recipe, "mbs": 16}, cuda, rows) is None  # attn.q fits from 4, attn.k at 16
+    assert float8.skip_reason({"float8": recipe, "mbs": 4}, cuda, rows) is None
+    # the weight gradient's GEMM in bf16 takes any rows; a workload that declares none is taken to fit
+    assert float8.skip_reason({"float8": "rowwise_with_gw_hp", "mbs": 1}, cuda, rows) is None
+    assert float8.skip_reason({"float8": recipe, "mbs": 1}, cuda, {}) is None
+
+
+def test_the_14b_at_mbs_1_converts_only_the_prompts_keys_and_values():
+    parts = built("dreamzero", META, preset="dreamzero-14b", layers=1)
+    rows = dreamzero("dreamzero-14b", 1, "off").block_linear_rows()  # 15,940 tokens a sample, 512 of the prompt
+    plan = float8.plan(parts, "tensorwise", rows)
+    assert plan.converted == ["blocks.0.cross_attn.k", "blocks.0.cross_attn.v"]
+    assert len(kept(plan, float8.ROWS)) == 10
+    assert len(float8.plan(parts, "rowwise_with_gw_hp", rows).converted) == 12
 
 
 def kept(plan: float8.Plan, reason: str) -> list[str]:
@@ -75,12 +105,21 @@ def test_dreamzero_at_real_width_converts_every_block_linear_and_keeps_the_rest(
     parts = built("dreamzero", META, preset="dreamzero-5b", layers=2)
     block = ["self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o", "cross_attn.q", "cross_attn.k",
              "cross_attn.v", "cross_attn.o", "cross_attn.k_img", "cross_attn.v_img", "ffn.0", "ffn.2"]
+    rows = dreamzero("dreamzero-5b", 1, "off").block_linear_rows()
+    assert set(rows) == set(block) and rows["cross_attn.k_img"] == 257 and rows["ffn.0"] == 1000
     for recipe in RECIPES:
-        plan = float8.plan(parts, recipe)
+        plan = float8.plan(parts, recipe, {name: r * 16 for name, r in rows.items()})  # mbs 16: all fit
         assert plan.converted == [f"blocks.{i}.{name}" for i in range(2) for name in block]
         assert {"time_projection.1", "head.head", "action_decoder.2", "text_embedding.0"} <= set(
             kept(plan, float8.OUTSIDE))
-        assert kept(plan, float8.SMALL) == kept(plan, float8.NOT_16) == []
+        assert kept(plan, float8.SMALL) == kept(plan, float8.NOT_16) == kept(plan, float8.ROWS) == []
+        # mbs 12: CLIP's 257 tokens make 3,084 rows, which an FP8 weight gradient cannot take (H200)
+        at_12 = float8.plan(parts, recipe, {name: r * 12 for name, r in rows.items()})
+        if recipe == "rowwise_with_gw_hp":
+            assert at_12.converted == plan.converted
+        else:
+            assert kept(at_12, float8.ROWS) == ["blocks.*.cross_attn.k_img", "blocks.*.cross_attn.v_img"]
+            assert len(at_12.converted) == 2 * 10
 
 
 def test_wallx_at_real_width_keeps_odd_and_small_shapes():
@@ -101,11 +140,11 @@ def test_conversion_swaps_the_planned_linears_on_the_meta_device():
     parts = built("wallx", META, preset="wallx-3b", layers=1)
     values = {**knob_table.defaults_for(registry.resolve("wallx")), "float8": "tensorwise"}
     planned = float8.plan(parts, "tensorwise")
-    facts = float8.apply(parts, values)
+    facts = float8.apply(parts, values, {})
     swapped = [name for name, m in parts.model.named_modules() if isinstance(m, Float8Linear)]
     assert swapped == planned.converted and facts["float8_converted"] == len(swapped)
     assert facts["float8_kept"] == sum(type(m) is nn.Linear for m in parts.model.modules())
-    assert float8.apply(built("wallx", META, preset="wallx-tiny"), {**values, "float8": "off"}) == {}
+    assert float8.apply(built("wallx", META, preset="wallx-tiny"), {**values, "float8": "off"}, {}) == {}
 
 
 def test_fsdp2_gathers_tensorwise_weights_in_fp8_only():

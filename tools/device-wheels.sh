@@ -2,7 +2,7 @@
 # Downloads, here, the wheels that the GPU machine lacks into .whl/ (ignored by git), for its
 # Python 3.12 / torch 2.11 image, and puts device-env.sh beside them (docs/gpu-machine.md). Usage:
 #   bash tools/device-wheels.sh decoders   # av (bundles FFmpeg 8), torchcodec, decord
-#   bash tools/device-wheels.sh train      # diffusers and what it lacks there
+#   bash tools/device-wheels.sh train      # diffusers, Optuna (tune) and what they lack there
 #   bash tools/device-wheels.sh all        # both (~62 MiB: close to the 64 MiB that may travel)
 #   bash tools/device-wheels.sh lerobot    # LeRobot 0.6.1 and what lerobot-train needs there (~44 MiB;
 #                                          # its scripts land in /tmp/site/bin: put that on PATH)
@@ -37,7 +37,7 @@ get_to() {  # DIR ARGS...: the wheels for the GPU machine's Python and platform
 for what in "$@"; do
   case "$what" in
     decoders) get_to .whl av==18.1.0 torchcodec==0.16.0 decord==0.6.0 ;;
-    train) get_to .whl diffusers==0.42.1 importlib_metadata ;;
+    train) get_to .whl diffusers==0.42.1 importlib_metadata optuna==5.1.0 colorlog alembic mako sqlalchemy==2.1.9 ;;
     all) get_to .whl av==18.1.0 torchcodec==0.16.0 decord==0.6.0 diffusers==0.42.1 importlib_metadata ;;
     # within lerobot 0.6.1's pins (av < 16, torchcodec < 0.12, datasets < 5); the image has the rest
     lerobot) get_to .whl lerobot==0.6.1 av==15.1.0 torchcodec==0.11.1 datasets==4.8.5 dill multiprocess \

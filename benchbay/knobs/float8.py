@@ -23,9 +23,17 @@ Which linears stay in bf16, and why (``plan``; the record keeps both lists, ``fa
   expert projections, its vision attention);
 - a frozen linear (the knob trains; FP8 inference of the frozen encoders is not this knob).
 
-At real width every linear of DreamZero's blocks converts (dim 3072 or 5120, FFN 14336 or 13824).
-The filter sees shapes, not token counts: a linear run on few tokens (Wall-X's action expert, 32
-of ~260 tokens a sample) converts when its weight is large enough.
+- a linear whose rows in a batch (the tokens it takes a sample, as the workload declares them in
+  ``block_linear_rows``, times mbs) are not a multiple of 16, under the recipes whose weight-gradient
+  GEMM is FP8 (tensorwise, rowwise): that GEMM runs over the rows, and inductor refuses it otherwise
+  (H200: DreamZero-5B's ``k_img``/``v_img`` over CLIP's 257 tokens at mbs 12). Where the batch leaves
+  no linear to convert (the 14B's 15,940 tokens a sample at mbs 1 or 2) the knob is refused, with
+  the batch that would fit; rowwise_with_gw_hp keeps that GEMM in bf16 and converts at any batch.
+
+At real width every other linear of DreamZero's blocks converts (dim 3072 or 5120, FFN 14336 or
+13824). Undeclared linears are taken to fit (Wall-X declares none: its experts split each sample's
+tokens by type). A linear run on few tokens (Wall-X's action expert, 32 of ~260 tokens a sample)
+converts when its weight is large enough.
 
 Composes: applied after precision and before recompute, compile and sharding (torchtitan's order;
 eager FP8 is slow, compile fuses the casts). Under FSDP2, tensorwise all-gathers the weights in FP8
@@ -38,6 +46,7 @@ below compute capability 8.9 (no FP8 tensor cores).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +61,9 @@ MIN_CAPABILITY = (8, 9)
 #: why a linear stays in bf16 (the keys of ``Plan.kept``)
 OUTSIDE = "outside the repeated blocks (first and last layers, heads, adaLN modulation)"
 NOT_16 = "in or out features not multiples of 16"
+ROWS = "rows in a batch (tokens x mbs) not a multiple of 16 (the FP8 weight-gradient GEMM needs them)"
+#: the recipes whose weight-gradient GEMM is FP8, over the rows of the batch
+FP8_WEIGHT_GRADIENT = ("tensorwise", "rowwise")
 SMALL = "below torchao's size thresholds for the recipe"
 FROZEN = "frozen"
 
@@ -72,9 +84,16 @@ class Plan:
                                         for reason, fqns in self.kept.items() if fqns}}
 
 
-def skip_reason(knobs: dict[str, Any], device: torch.device) -> str | None:
-    """Below compute capability 8.9 (the device type is checked before the point's process: rules.py)."""
-    return below_capability("float8", knobs["float8"], device)
+def skip_reason(knobs: dict[str, Any], device: torch.device, rows: dict[str, int]) -> str | None:
+    """Below compute capability 8.9 (the device type is checked before the point's process: rules.py),
+    or a batch that leaves none of the declared linears (``rows``: a sample's) to convert."""
+    recipe, mbs = knobs["float8"], knobs["mbs"]
+    if recipe in FP8_WEIGHT_GRADIENT and rows and all(r * mbs % 16 for r in rows.values()):
+        fits = min(16 // math.gcd(16, r) for r in rows.values())
+        return (f"float8={recipe} at mbs {mbs} converts no linear: every one takes rows a batch that are not "
+                f"a multiple of 16 ({', '.join(sorted({f'{r} x {mbs}' for r in rows.values()}))}), which its "
+                f"FP8 weight-gradient GEMM needs; use rowwise_with_gw_hp or an mbs that is a multiple of {fits}")
+    return below_capability("float8", recipe, device)
 
 
 def below_capability(name: str, recipe: str, device: torch.device) -> str | None:
@@ -89,15 +108,17 @@ def below_capability(name: str, recipe: str, device: torch.device) -> str | None
     return None
 
 
-def plan(parts: ModelParts, recipe: str) -> Plan:
-    """Which of ``parts.model``'s linears ``recipe`` converts, and why each other one stays in bf16."""
+def plan(parts: ModelParts, recipe: str, rows: dict[str, int] | None = None) -> Plan:
+    """Which of ``parts.model``'s linears ``recipe`` converts, and why each other one stays in bf16
+    (``rows``: a batch's rows of the blocks' linears, by name inside a block)."""
     from torchao.float8 import _auto_filter_for_recipe
 
     # torchao has no thresholds of its own for rowwise_with_gw_hp: its forward and grad-input GEMMs are rowwise's
     large_enough = _auto_filter_for_recipe("tensorwise" if recipe == "tensorwise" else "rowwise", filter_fqns=[])
     names = {id(m): name for name, m in parts.model.named_modules()}
     blocks = tuple(names[id(b)] + "." for blocks in parts.regions.values() for b in blocks if id(b) in names)
-    out = Plan(converted=[], kept={OUTSIDE: [], NOT_16: [], SMALL: [], FROZEN: []}, patterns={})
+    rows = rows if recipe in FP8_WEIGHT_GRADIENT else {}
+    out = Plan(converted=[], kept={OUTSIDE: [], NOT_16: [], ROWS: [], SMALL: [], FROZEN: []}, patterns={})
     for fqn, module in parts.model.named_modules():
         if not isinstance(module, nn.Linear):
             continue
@@ -110,6 +131,8 @@ def plan(parts: ModelParts, recipe: str) -> Plan:
             out.kept[FROZEN].append(fqn)
         elif in_features % 16 or out_features % 16:
             out.kept[NOT_16].append(fqn)
+        elif (rows or {}).get(fqn.removeprefix(block), 0) % 16:
+            out.kept[ROWS].append(fqn)
         elif not large_enough(module, fqn):
             out.kept[SMALL].append(fqn)
         else:
@@ -127,14 +150,15 @@ def config(recipe: str, knobs: dict[str, Any]):
     return out
 
 
-def apply(parts: ModelParts, knobs: dict[str, Any]) -> dict[str, Any]:
-    """Convert the planned linears in place; returns the facts a record keeps ({} when off)."""
+def apply(parts: ModelParts, knobs: dict[str, Any], rows: dict[str, int]) -> dict[str, Any]:
+    """Convert the planned linears in place (``rows``: a sample's, by name inside a block); returns
+    the facts a record keeps ({} when off)."""
     recipe = knobs["float8"]
     if recipe == "off":
         return {}
     from torchao.float8 import convert_to_float8_training
 
-    chosen = plan(parts, recipe)
+    chosen = plan(parts, recipe, {name: r * knobs["mbs"] for name, r in rows.items()})
     converted = set(chosen.converted)
     convert_to_float8_training(parts.model, module_filter_fn=lambda _, fqn: fqn in converted,
                                config=config(recipe, knobs))

@@ -31,7 +31,8 @@ def skip_reason(workload: TrainingWorkload, knobs: dict[str, Any], device: torch
                 world_size: int) -> str | None:
     """Why this combination of generic knobs cannot run here (None if it can)."""
     return (rules.skip_reason(type(workload), knobs, device.type, world_size)
-            or optimizer_knob.skip_reason(knobs, device) or float8.skip_reason(knobs, device))
+            or optimizer_knob.skip_reason(knobs, device)
+            or float8.skip_reason(knobs, device, workload.block_linear_rows()))
 
 
 @dataclass
@@ -114,7 +115,7 @@ def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.dev
         module.requires_grad_(False).eval()
     reference = Reference.capture(parts)
     precision.apply(parts, knobs["precision"])
-    converted = float8.apply(parts, knobs)
+    converted = float8.apply(parts, knobs, workload.block_linear_rows())
     recompute.apply(parts, knobs["recompute"], reentrant=knobs["recompute_impl"] == "reentrant")
     compile_knob.apply(parts, knobs["compile"], knobs["cuda_graph"])
     model = sharding.apply(parts, knobs, device)

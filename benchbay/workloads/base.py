@@ -148,3 +148,10 @@ class TrainingWorkload(Workload):
 
     def batches_ahead(self) -> int:
         return self.feed.backlog if self.feed else 0
+
+    def block_linear_rows(self) -> dict[str, int]:
+        """Rows a sample that each linear of a repeated block takes in (its name inside the block,
+        e.g. ``cross_attn.k_img`` -> 257), for ``float8``: FP8's weight-gradient GEMM runs over the
+        rows of a batch and needs a multiple of 16, so a linear whose rows are not is kept in bf16
+        (and the knob refused where none is left). Linears not named here are taken to fit."""
+        return {}

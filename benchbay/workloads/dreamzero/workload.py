@@ -188,6 +188,14 @@ class DreamZero(DreamZeroDeclaration):
         fused = on_cpu or self.knob("kernels") == "fused"
         return torch.optim.AdamW(params, lr=1e-5, betas=(0.95, 0.999), eps=1e-8, weight_decay=1e-5, fused=fused)
 
+    def block_linear_rows(self) -> dict[str, int]:
+        """The sequence (video, action and state tokens) everywhere but the cross-attention's keys and
+        values: the padded prompt's tokens (trimmed or not, umT5's output keeps its 512 rows) and CLIP's."""
+        seq, text, image = self.layout.total, self.preset.sample.text_len, self.preset.clip_tokens
+        return {**{f"self_attn.{n}": seq for n in "qkvo"}, "cross_attn.q": seq, "cross_attn.o": seq,
+                "cross_attn.k": text, "cross_attn.v": text, "cross_attn.k_img": image, "cross_attn.v_img": image,
+                "ffn.0": seq, "ffn.2": seq}
+
     def flops_per_sample(self) -> dict[str, float]:
         frozen = 0.0
         if self.knob("frozen_encoders") == "in_step":

@@ -117,6 +117,8 @@ def _suite_commands(sub) -> None:
                    help="device time for all trials and confirmations (overrides tune.device_seconds)")
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_ID",
                    help="continue a tune (the latest of this suite on this machine, or RUN_ID)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="with --resume: measure again, first, the trials that ended in error, crash or timeout")
     p.add_argument("--time-budget", type=_amount, metavar="SECONDS",
                    help="this call's time: start no trial that would not end within it (exit code 3, resumable)")
     p.add_argument("--emit-suite", metavar="PATH", help="write the winner as a suite anyone can run and gate")

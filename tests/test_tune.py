@@ -80,6 +80,33 @@ def test_a_tune_resumes_where_it_stopped_without_running_a_finished_trial_again(
     assert sorted(r.extra[TRIAL] for r in trials) == list(range(len(trials)))
 
 
+def test_retry_failed_measures_the_failed_trials_again_first_and_keeps_their_failures(tmp_path, in_repo, monkeypatch):
+    from tests.fixtures.landscape import Landscape
+
+    loss = Landscape.loss
+
+    def broken(self, model, batch):  # a bug of the step at one speed, fixed before the resume
+        if self.knob_values["speed"] == "fastest":
+            raise RuntimeError("planted: Expected self.size(1) to be divisible by 16")
+        return loss(self, model, batch)
+
+    monkeypatch.setattr(Landscape, "loss", broken)
+    first = tuner(tmp_path, trials=8).run_study().result
+    failed = [t for t in first["trials"] if t["status"] == "error"]
+    assert failed and all(t["knobs"]["speed"] == "fastest" for t in failed)
+    monkeypatch.setattr(Landscape, "loss", loss)
+    with pytest.raises(ValueError, match="--retry-failed: with --resume"):
+        tuner(tmp_path, retry_failed=True)
+    again = tuner(tmp_path, trials=8 + len(failed), resume=True, retry_failed=True).run_study().result
+    retried = again["trials"][len(first["trials"]):][:len(failed)]  # measured before any new proposal
+    assert [t["knobs"] for t in retried] == [t["knobs"] for t in failed]
+    assert all(t["status"] != "error" for t in retried)
+    assert [t for t in again["trials"] if t["status"] == "error"] == failed  # the failures stay on record
+    # a second resume does not retry what was retried
+    third = tuner(tmp_path, trials=8 + len(failed), resume=True, retry_failed=True).run_study().result
+    assert len(third["trials"]) == len(again["trials"])
+
+
 @pytest.mark.slow
 def test_a_killed_tune_resumes_from_its_records(tmp_path, in_repo, cli_env, capsys):
     text = LANDSCAPE.replace("trials: 24", "trials: 4")

@@ -123,7 +123,8 @@ def cmd_tune(args) -> int:
         writable_file(args.emit_suite, "--emit-suite")
     resume = True if args.resume == "latest" else (args.resume or False)
     tuner = Tuner(suite, args.results, resume=resume, launcher=_launcher(args, suite), trials=args.trials,
-                  device_seconds=args.device_seconds, time_budget_s=args.time_budget, peak_flops=peak_flops())
+                  device_seconds=args.device_seconds, time_budget_s=args.time_budget, peak_flops=peak_flops(),
+                  retry_failed=args.retry_failed)
     summary = tuner.run_study()
     result = summary.result
     best = result.get("best")

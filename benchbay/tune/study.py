@@ -53,6 +53,9 @@ from benchbay.tune.memory import MemoryModel
 from benchbay.tune.result import RESULT
 from benchbay.tune.trials import BATCH, Trial, distributions, importances, key_metrics, memory_errors, pareto, rest_of
 
+#: the trial statuses ``--retry-failed`` measures again: failures of the code, not results of the
+#: configuration (an oom bounds the batch, a non-finite loss is the configuration's)
+RETRIED = frozenset({Status.ERROR, Status.CRASH, Status.TIMEOUT})
 #: proposals in a row that run nothing (already measured, or refused) before the search says the
 #: sampler has nothing new to try
 MAX_IDLE = 60
@@ -75,7 +78,7 @@ class Tuner(ConfirmStage):
     def __init__(self, suite: Suite, results_root: str | Path = "results", console: Console | None = None,
                  resume: str | bool = False, launcher=None, trials: int | None = None,
                  device_seconds: float | None = None, time_budget_s: float | None = None,
-                 peak_flops: float | None = None):
+                 peak_flops: float | None = None, retry_failed: bool = False):
         if suite.tune is None:
             raise ValueError(f"{suite.path}: no tune: block (a sweep runs with `benchbay run`)")
         for name, value in (("--trials", trials), ("--device-seconds", device_seconds),
@@ -98,6 +101,10 @@ class Tuner(ConfirmStage):
         self.run = self.runner.run
         if resume:
             self._same_study(store.read_manifest(self.run))
+        elif retry_failed:
+            raise ValueError("--retry-failed: with --resume (it measures again the failed trials of a tune)")
+        self.retry_failed = retry_failed
+        self.retry: list[dict[str, Any]] = []  # failed trials to measure again, first
         self.time_budget_s = time_budget_s
         self.base = self.suite.expand(self.runner.device)[0]
         self.trials: list[Trial] = []
@@ -272,6 +279,11 @@ class Tuner(ConfirmStage):
         if not self.trials:  # the configurations the suite says to try first
             for start in self.tune.start:
                 study.enqueue_trial(start)
+        if self.retry_failed:  # a fix since may let them run: their failures stay in the store
+            self.retry = [t.params for t in self.trials if t.record.status in RETRIED
+                          and t is self._latest(t.params)]
+            for params in self.retry:
+                study.enqueue_trial(params)
         if self.trials:
             self._say(f"resumed {self.run.name}: {len(self.trials)} trials already measured "
                       f"({self.device_seconds():.0f} device-s)")
@@ -325,7 +337,10 @@ class Tuner(ConfirmStage):
                 return
             asked = study.ask(self.distributions)
             params = dict(asked.params)
-            done = next((t for t in self.trials if t.params == params), None)
+            done = self._latest(params)
+            if done is not None and params in self.retry:
+                self.retry.remove(params)
+                done = None
             point = self.point(params, len(self.trials))
             refusal = self._refusal(params)
             if done is not None or refusal:
@@ -349,6 +364,10 @@ class Tuner(ConfirmStage):
             self._progress(trial)
         else:
             self._say(f"search done: {why}")
+
+    def _latest(self, params: dict[str, Any]) -> Trial | None:
+        """The last trial of a configuration (a retried one was measured twice)."""
+        return next((t for t in reversed(self.trials) if t.params == params), None)
 
     def _refusal(self, params: dict[str, Any]) -> str | None:
         """Why a configuration is not run: excluded by the suite, a combination that cannot run here, or

@@ -147,6 +147,31 @@ def test_conversion_swaps_the_planned_linears_on_the_meta_device():
     assert float8.apply(built("wallx", META, preset="wallx-tiny"), {**values, "float8": "off"}, {}) == {}
 
 
+def test_a_plan_that_converts_nothing_refuses_the_point_as_it_is_applied():
+    from benchbay.launch.worker import _failure
+    from benchbay.record import Status
+
+    values = {**knob_table.defaults_for(registry.resolve("dreamzero")), "float8": "tensorwise", "mbs": 2}
+    with pytest.raises(rules.Refused, match=r"float8=tensorwise at mbs 2 converts no linear of this model "
+                                            r"\(15 outside the repeated blocks.*; 24 below torchao's") as refused:
+        float8.apply(built("dreamzero", META, preset="dreamzero-tiny"), values, {})  # 64 to 256 wide
+    assert _failure(refused.value, -1, CPU) == {"status": Status.SKIPPED, "reason": str(refused.value)}
+
+
+def test_wallx_declares_its_rows_and_converts_all_at_a_multiple_of_16():
+    cls = registry.resolve("wallx")
+    w = cls({"preset": "wallx-3b", "action_horizon": 32}, knob_table.defaults_for(cls), META)
+    rows = w.block_linear_rows()  # 255 tokens a sample: 32 of them actions; 2 cameras of 18 x 18 patches
+    assert rows["self_attn.q_proj"] == 255 and rows["mlp.experts.0.up_proj"] == 223
+    assert rows["mlp.experts.1.up_proj"] == 32 and rows["attn.qkv"] == rows["mlp.down_proj"] == 648
+    parts = built("wallx", META, preset="wallx-3b", layers=1)
+    at_48 = float8.plan(parts, "tensorwise", {k: r * 48 for k, r in rows.items()})
+    assert len(at_48.converted) == 32 * 2 + 8 and kept(at_48, float8.ROWS) == []
+    at_52 = float8.plan(parts, "tensorwise", {k: r * 52 for k, r in rows.items()})
+    assert len(at_52.converted) == 32 * 2 + 3  # vision and the action expert; attention and the VLM's MLP kept
+    assert "vlm.model.language_model.layers.*.mlp.experts.0.up_proj" in kept(at_52, float8.ROWS)
+
+
 def test_fsdp2_gathers_tensorwise_weights_in_fp8_only():
     values = knob_table.defaults_for(Tiny)
     assert float8.config("tensorwise", {**values, "sharding": "fsdp2_full"}).enable_fsdp_float8_all_gather

@@ -21,19 +21,20 @@ Which linears stay in bf16, and why (``plan``; the record keeps both lists, ``fa
   the FP8 GEMM saves; rowwise_with_gw_hp takes rowwise's): Wall-X's 256-wide k/v projections, and
   under rowwise every GEMM with 2048 outputs or fewer (Wall-X's attention, MLP down and action
   expert projections, its vision attention);
-- a frozen linear (the knob trains; FP8 inference of the frozen encoders is not this knob).
-
+- a frozen linear (the knob trains; FP8 inference of the frozen encoders is not this knob);
 - a linear whose rows in a batch (the tokens it takes a sample, as the workload declares them in
   ``block_linear_rows``, times mbs) are not a multiple of 16, under the recipes whose weight-gradient
   GEMM is FP8 (tensorwise, rowwise): that GEMM runs over the rows, and inductor refuses it otherwise
-  (H200: DreamZero-5B's ``k_img``/``v_img`` over CLIP's 257 tokens at mbs 12). Where the batch leaves
-  no linear to convert (the 14B's 15,940 tokens a sample at mbs 1 or 2) the knob is refused, with
-  the batch that would fit; rowwise_with_gw_hp keeps that GEMM in bf16 and converts at any batch.
+  (H200: DreamZero-5B's ``k_img``/``v_img`` over CLIP's 257 tokens at mbs 12). rowwise_with_gw_hp
+  keeps that GEMM in bf16 and converts at any batch. Undeclared linears are taken to fit.
+
+A value that leaves nothing to convert is refused: before the model is built where no declared
+linear's rows fit the batch (with the batch that would), else as it is applied (``Refused``: Wall-X
+under rowwise at mbs 52, whose attention and VLM MLP take 255 and 223 tokens a sample).
 
 At real width every other linear of DreamZero's blocks converts (dim 3072 or 5120, FFN 14336 or
-13824). Undeclared linears are taken to fit (Wall-X declares none: its experts split each sample's
-tokens by type). A linear run on few tokens (Wall-X's action expert, 32 of ~260 tokens a sample)
-converts when its weight is large enough.
+13824). A linear run on few tokens (Wall-X's action expert, 32 of 255 tokens a sample) converts when
+its weight is large enough.
 
 Composes: applied after precision and before recompute, compile and sharding (torchtitan's order;
 eager FP8 is slow, compile fuses the casts). Under FSDP2, tensorwise all-gathers the weights in FP8
@@ -52,6 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+from benchbay.knobs.rules import Refused
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
     from benchbay.knobs.parts import ModelParts
@@ -159,6 +162,9 @@ def apply(parts: ModelParts, knobs: dict[str, Any], rows: dict[str, int]) -> dic
     from torchao.float8 import convert_to_float8_training
 
     chosen = plan(parts, recipe, {name: r * knobs["mbs"] for name, r in rows.items()})
+    if not chosen.converted:
+        kept = "; ".join(f"{len(fqns)} {reason}" for reason, fqns in chosen.kept.items() if fqns)
+        raise Refused(f"float8={recipe} at mbs {knobs['mbs']} converts no linear of this model ({kept})")
     converted = set(chosen.converted)
     convert_to_float8_training(parts.model, module_filter_fn=lambda _, fqn: fqn in converted,
                                config=config(recipe, knobs))

@@ -9,6 +9,11 @@ from typing import Any
 from benchbay.knobs.optimizer import CHOICES as OPTIMIZERS
 
 
+class Refused(Exception):
+    """A knob value found, as it is applied to the built model, to have nothing to act on: the point
+    is skipped with this reason (a knob value acts or is refused)."""
+
+
 def skip_reason(workload_cls: type, knobs: dict[str, Any], device_type: str, world_size: int) -> str | None:
     """Why a training workload's point cannot run here (None if it can)."""
     graphs = workload_cls.graphs

@@ -34,6 +34,7 @@ from benchbay.collect.memory import PeakMemory
 from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
+from benchbay.knobs.rules import Refused
 from benchbay.launch.base import PointSpec, WorkerResult
 from benchbay.launch.harness import StepHarness, harness_for
 from benchbay.launch.process import PHASE_MARK, die_with_parent
@@ -352,6 +353,8 @@ def _failure(exc: BaseException, step_index: int, device: torch.device, after_st
     message = _message(exc)
     if after_steps:  # the steps ran; summarising them (FLOPs, the workload's own figures) failed
         message = f"after the measured steps: {message}"
+    if isinstance(exc, Refused):  # found as the knob met the built model: not a failure
+        return {"status": Status.SKIPPED, "reason": str(exc)}
     tail = "".join(traceback.format_exception(exc))[-4000:]
     # Python's own MemoryError (host memory) too, which says nothing more than its name
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(m in str(exc).lower() for m in OOM_MARKERS):

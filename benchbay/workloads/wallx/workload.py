@@ -99,6 +99,16 @@ class WallX(WallXDeclaration):
     def forward_flops(self) -> dict[str, float]:
         return forward_flops(self.preset, self.layout, self.layers, self.knob("lm_head"))
 
+    def block_linear_rows(self) -> dict[str, int]:
+        """The language layers' attention over the whole sequence, their experts over their tokens (the
+        action tokens to the action expert, the rest to the VLM's MLP), the vision blocks over the patches."""
+        seq, actions = self.layout.length, self.layout.count(Token.ACTION)
+        patches = self.preset.cameras * self.preset.patch_grid ** 2
+        mlp = ("gate_proj", "up_proj", "down_proj")
+        return {**{f"self_attn.{p}_proj": seq for p in "qkvo"},
+                **{f"mlp.experts.0.{n}": seq - actions for n in mlp}, **{f"mlp.experts.1.{n}": actions for n in mlp},
+                "attn.qkv": patches, "attn.proj": patches, **{f"mlp.{n}": patches for n in mlp}}
+
     def flops_per_sample(self) -> dict[str, float]:
         # nothing is frozen: the vision tower, language model and action head all train
         return {"train": 3 * sum(self.forward_flops().values()), "frozen": 0.0}

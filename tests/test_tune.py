@@ -44,7 +44,7 @@ def test_tune_finds_the_planted_optimum_and_never_names_an_infeasible_or_lossy_t
     summary = tuner(tmp_path).run_study()
     result = summary.result
     ran = [t for t in result["trials"] if t["status"] != "skipped"]
-    assert len(ran) == 24
+    assert 12 <= len(ran) <= 24  # the budget, or every configuration measured or refused before it
     assert result["best"]["knobs"] == OPTIMUM
     assert result["best"]["confirmed"] and result["best"]["runs"] == 2
     # the winner and every feasible trial: ok, faithful, within the planted capacity
@@ -53,6 +53,10 @@ def test_tune_finds_the_planted_optimum_and_never_names_an_infeasible_or_lossy_t
     assert all(t["knobs"]["precision"] == "bf16_mixed" for t in feasible)
     lossy = [t for t in result["trials"] if t["knobs"]["precision"] == "bf16" and t["status"] == "ok"]
     assert all(not t["feasible"] and "fidelity" in t["why"] for t in lossy)
+    # once pure bf16 lost the update, no other pure-bf16 configuration is run: it is refused, with why
+    assert len(lossy) == 1
+    assert any(r["knobs"]["precision"] == "bf16" and r["why"].startswith("precision=bf16 and optimizer=adamw lost "
+               f"the update in trial {lossy[0]['trial']}") for r in result["refused"])
     # an OOM bounds its configuration: no larger batch of it is run after it
     for oom in (t for t in result["trials"] if t["status"] == "oom"):
         rest = {k: v for k, v in oom["knobs"].items() if k != "mbs"}

@@ -56,6 +56,8 @@ from benchbay.tune.trials import BATCH, Trial, distributions, importances, key_m
 #: the trial statuses ``--retry-failed`` measures again: failures of the code, not results of the
 #: configuration (an oom bounds the batch, a non-finite loss is the configuration's)
 RETRIED = frozenset({Status.ERROR, Status.CRASH, Status.TIMEOUT})
+#: the knobs that decide whether the optimizer's update survives the weights' precision
+UPDATE_KNOBS = ("precision", "optimizer")
 #: proposals in a row that run nothing (already measured, or refused) before the search says the
 #: sampler has nothing new to try
 MAX_IDLE = 60
@@ -374,7 +376,21 @@ class Tuner(ConfirmStage):
         a batch the memory so far says cannot fit."""
         point = self.point(params, len(self.trials))
         return (point.excluded or cannot_run(point, self.runner.device, self.suite.world_size)
-                or (self.memory.refuses(self._rest(params), params[BATCH]) if BATCH in params else None))
+                or (self.memory.refuses(self._rest(params), params[BATCH]) if BATCH in params else None)
+                or self._lost_update(point.knobs))
+
+    def _lost_update(self, knobs: dict[str, Any]) -> str | None:
+        """Under the faithful constraint, a configuration whose weights' precision and optimizer already
+        lost the update in a trial: the update fidelity is the optimizer's arithmetic on the weights'
+        dtype at the workload's learning rate, not the batch's, the recompute's or the kernels'."""
+        if not self.tune.constraints.faithful:
+            return None
+        for t in self.trials:
+            if t.record.extra.get("fidelity") == "lossy" and all(
+                    t.record.knobs.get(k) == knobs.get(k) for k in UPDATE_KNOBS):
+                return (" and ".join(f"{k}={knobs.get(k)}" for k in UPDATE_KNOBS)
+                        + f" lost the update in trial {t.number} (update fidelity lossy)")
+        return None
 
     def _enqueue_fitting(self, study, params: dict[str, Any]) -> bool:
         """After a batch refused for memory: the largest batch of the same configuration that may fit,

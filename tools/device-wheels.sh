@@ -40,8 +40,15 @@ for what in "$@"; do
     train) get_to .whl diffusers==0.42.1 importlib_metadata optuna==5.1.0 colorlog alembic mako sqlalchemy==2.1.9 ;;
     all) get_to .whl av==18.1.0 torchcodec==0.16.0 decord==0.6.0 diffusers==0.42.1 importlib_metadata ;;
     # within lerobot 0.6.1's pins (av < 16, torchcodec < 0.12, datasets < 5); the image has the rest
+    # with the tracked tree (~39 MiB) they are over what one call may carry: PyAV's wheel (40 MB) is cut
+    # in two, its first half into .whl-stage/ for a call of its own just before (docs/gpu-machine.md)
     lerobot) get_to .whl lerobot==0.6.1 av==15.1.0 torchcodec==0.11.1 datasets==4.8.5 dill multiprocess \
-               draccus==0.11.6 mergedeep pyyaml-include toml gymnasium==1.2.2 farama-notifications jsonlines termcolor ;;
+               draccus==0.11.6 mergedeep pyyaml-include toml gymnasium==1.2.2 farama-notifications jsonlines termcolor
+      exclude=$(git rev-parse --git-path info/exclude)
+      grep -qx '/.whl-stage/' "$exclude" 2>/dev/null || echo '/.whl-stage/' >> "$exclude"
+      rm -rf .whl-stage && mkdir -p .whl-stage
+      (cd .whl && split -b 22M av-15.1.0-*.whl avpart. && rm av-15.1.0-*.whl)
+      mv .whl/avpart.aa .whl-stage/; du -sh .whl-stage ;;
     dali)
       d=.whl-dali; mkdir -p "$d/dl"
       exclude=$(git rev-parse --git-path info/exclude)  # .gitignore names .whl/, not this folder

@@ -354,8 +354,10 @@ class Tuner(ConfirmStage):
                     self.refused.append({"knobs": params, "why": refusal})
                 if not (refusal and self._enqueue_fitting(study, params)):
                     neighbour = self._neighbour()
-                    if neighbour is not None:
-                        study.enqueue_trial(neighbour)
+                    if neighbour is None:
+                        self._say("every configuration of the space was measured or refused")
+                        break
+                    study.enqueue_trial(neighbour)
                 continue
             idle = 0
             record = self.runner.measure(point, 0, extra={TRIAL: point.index}, stop_below=self._stop_below())

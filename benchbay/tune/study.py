@@ -382,12 +382,9 @@ class Tuner(ConfirmStage):
                 or self._lost_update(point.knobs))
 
     def _lost_update(self, knobs: dict[str, Any]) -> str | None:
-        """Under the faithful constraint, a configuration whose weights' precision and optimizer already
-        lost the update in a trial: the update fidelity is the optimizer's arithmetic on the weights'
-        dtype at the workload's learning rate, not the batch's, the recompute's or the kernels'."""
-        if not self.tune.constraints.faithful:
-            return None
-        for t in self.trials:
+        """Under the faithful constraint, a configuration whose precision and optimizer already lost the
+        update in a trial (the optimizer's arithmetic on the weights' dtype, not the batch's or kernels')."""
+        for t in self.trials if self.tune.constraints.faithful else []:
             if t.record.extra.get("fidelity") == "lossy" and all(
                     t.record.knobs.get(k) == knobs.get(k) for k in UPDATE_KNOBS):
                 return (" and ".join(f"{k}={knobs.get(k)}" for k in UPDATE_KNOBS)

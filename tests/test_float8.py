@@ -20,10 +20,13 @@ CPU, META = torch.device("cpu"), torch.device("meta")
 RECIPES = ["tensorwise", "rowwise", "rowwise_with_gw_hp"]
 
 
-def built(name: str, device: torch.device, **params):
+def workload(name: str, device: torch.device, **params):
     cls = registry.resolve(name)
-    workload = cls(params, knob_table.defaults_for(cls), device)
-    return workload.build()
+    return cls(params, knob_table.defaults_for(cls), device)
+
+
+def built(name: str, device: torch.device, **params):
+    return workload(name, device, **params).build()
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -52,11 +55,6 @@ def test_below_compute_capability_8_9_it_is_refused(monkeypatch):
     assert float8.skip_reason({"float8": "rowwise", "mbs": 1}, torch.device("cuda", 0), {}) is None
 
 
-def dreamzero(preset: str, mbs: int, recipe: str):
-    cls = registry.resolve("dreamzero")
-    return cls({"preset": preset}, {**knob_table.defaults_for(cls), "mbs": mbs, "float8": recipe}, META)
-
-
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_a_batch_whose_rows_no_fp8_weight_gradient_takes_is_refused(recipe, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
@@ -75,7 +73,8 @@ def test_a_batch_whose_rows_no_fp8_weight_gradient_takes_is_refused(recipe, monk
 
 def test_the_14b_at_mbs_1_converts_only_the_prompts_keys_and_values():
     parts = built("dreamzero", META, preset="dreamzero-14b", layers=1)
-    rows = dreamzero("dreamzero-14b", 1, "off").block_linear_rows()  # 15,940 tokens a sample, 512 of the prompt
+    # 15,940 tokens a sample, 512 of the prompt
+    rows = workload("dreamzero", META, preset="dreamzero-14b").block_linear_rows()
     plan = float8.plan(parts, "tensorwise", rows)
     assert plan.converted == ["blocks.0.cross_attn.k", "blocks.0.cross_attn.v"]
     assert len(kept(plan, float8.ROWS)) == 10
@@ -105,7 +104,7 @@ def test_dreamzero_at_real_width_converts_every_block_linear_and_keeps_the_rest(
     parts = built("dreamzero", META, preset="dreamzero-5b", layers=2)
     block = ["self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o", "cross_attn.q", "cross_attn.k",
              "cross_attn.v", "cross_attn.o", "cross_attn.k_img", "cross_attn.v_img", "ffn.0", "ffn.2"]
-    rows = dreamzero("dreamzero-5b", 1, "off").block_linear_rows()
+    rows = workload("dreamzero", META, preset="dreamzero-5b").block_linear_rows()
     assert set(rows) == set(block) and rows["cross_attn.k_img"] == 257 and rows["ffn.0"] == 1000
     for recipe in RECIPES:
         plan = float8.plan(parts, recipe, {name: r * 16 for name, r in rows.items()})  # mbs 16: all fit
@@ -159,9 +158,8 @@ def test_a_plan_that_converts_nothing_refuses_the_point_as_it_is_applied():
 
 
 def test_wallx_declares_its_rows_and_converts_all_at_a_multiple_of_16():
-    cls = registry.resolve("wallx")
-    w = cls({"preset": "wallx-3b", "action_horizon": 32}, knob_table.defaults_for(cls), META)
-    rows = w.block_linear_rows()  # 255 tokens a sample: 32 of them actions; 2 cameras of 18 x 18 patches
+    # 255 tokens a sample: 32 of them actions; 2 cameras of 18 x 18 patches
+    rows = workload("wallx", META, preset="wallx-3b", action_horizon=32).block_linear_rows()
     assert rows["self_attn.q_proj"] == 255 and rows["mlp.experts.0.up_proj"] == 223
     assert rows["mlp.experts.1.up_proj"] == 32 and rows["attn.qkv"] == rows["mlp.down_proj"] == 648
     parts = built("wallx", META, preset="wallx-3b", layers=1)

@@ -120,7 +120,7 @@ def plan(parts: ModelParts, recipe: str, rows: dict[str, int] | None = None) -> 
     large_enough = _auto_filter_for_recipe("tensorwise" if recipe == "tensorwise" else "rowwise", filter_fqns=[])
     names = {id(m): name for name, m in parts.model.named_modules()}
     blocks = tuple(names[id(b)] + "." for blocks in parts.regions.values() for b in blocks if id(b) in names)
-    rows = rows if recipe in FP8_WEIGHT_GRADIENT else {}
+    rows = (rows or {}) if recipe in FP8_WEIGHT_GRADIENT else {}
     out = Plan(converted=[], kept={OUTSIDE: [], NOT_16: [], ROWS: [], SMALL: [], FROZEN: []}, patterns={})
     for fqn, module in parts.model.named_modules():
         if not isinstance(module, nn.Linear):
@@ -134,7 +134,7 @@ def plan(parts: ModelParts, recipe: str, rows: dict[str, int] | None = None) -> 
             out.kept[FROZEN].append(fqn)
         elif in_features % 16 or out_features % 16:
             out.kept[NOT_16].append(fqn)
-        elif (rows or {}).get(fqn.removeprefix(block), 0) % 16:
+        elif rows.get(fqn.removeprefix(block), 0) % 16:
             out.kept[ROWS].append(fqn)
         elif not large_enough(module, fqn):
             out.kept[SMALL].append(fqn)

@@ -350,11 +350,11 @@ def _message(exc: BaseException) -> str:
 
 
 def _failure(exc: BaseException, step_index: int, device: torch.device, after_steps: bool = False) -> dict[str, Any]:
+    if isinstance(exc, Refused):  # found as the knob met the built model: not a failure
+        return {"status": Status.SKIPPED, "reason": str(exc)}
     message = _message(exc)
     if after_steps:  # the steps ran; summarising them (FLOPs, the workload's own figures) failed
         message = f"after the measured steps: {message}"
-    if isinstance(exc, Refused):  # found as the knob met the built model: not a failure
-        return {"status": Status.SKIPPED, "reason": str(exc)}
     tail = "".join(traceback.format_exception(exc))[-4000:]
     # Python's own MemoryError (host memory) too, which says nothing more than its name
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(m in str(exc).lower() for m in OOM_MARKERS):

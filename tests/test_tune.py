@@ -111,6 +111,19 @@ def test_retry_failed_measures_the_failed_trials_again_first_and_keeps_their_fai
     assert len(third["trials"]) == len(again["trials"])
 
 
+def test_the_suites_start_configurations_run_first_and_a_resume_runs_those_added_since(tmp_path, in_repo):
+    first_start = "  start: [{mbs: 4, speed: slow, precision: bf16_mixed}]\n"
+    first = tuner(tmp_path, LANDSCAPE + first_start, trials=2).run_study().result
+    assert first["trials"][0]["knobs"] == {"mbs": 4, "speed": "slow", "precision": "bf16_mixed"}
+    # a start the suite gains later (the hand-walked best, say) is measured first on resume, once
+    both = "  start: [{mbs: 4, speed: slow, precision: bf16_mixed}, {mbs: 6, speed: fast}]\n"
+    again = tuner(tmp_path, LANDSCAPE + both, trials=3, resume=True).run_study().result
+    added = again["trials"][len(first["trials"])]
+    assert {k: added["knobs"][k] for k in ("mbs", "speed")} == {"mbs": 6, "speed": "fast"}
+    configs = [tuple(sorted(t["knobs"].items())) for t in again["trials"]]
+    assert len(configs) == len(set(configs))
+
+
 @pytest.mark.slow
 def test_a_killed_tune_resumes_from_its_records(tmp_path, in_repo, cli_env, capsys):
     text = LANDSCAPE.replace("trials: 24", "trials: 4")

@@ -278,8 +278,8 @@ class Tuner(ConfirmStage):
             trial = self._trial(number, params, trials[number])
             self.trials.append(trial)
             self._tell(study, params, trial.value, trial.violation)
-        if not self.trials:  # the configurations the suite says to try first
-            for start in self.tune.start:
+        for start in self.tune.start:  # the configurations the suite says to try first, until measured
+            if not any(all(t.params.get(k) == v for k, v in start.items()) for t in self.trials):
                 study.enqueue_trial(start)
         if self.retry_failed:  # a fix since may let them run: their failures stay in the store
             self.retry = [t.params for t in self.trials if t.record.status in RETRIED

@@ -392,3 +392,24 @@ def test_the_fidelity_cell_shows_the_compute_verdict_beside():
     assert with_compute("faithful (1.00)", "lossy", 0.97123) == "faithful (1.00); compute lossy (0.9712)"
     assert with_compute("faithful (1.00)", None, float("nan")) == "faithful (1.00)"  # older records
     assert with_compute("lossy (0.15)", "faithful", float("nan")) == "lossy (0.15); compute faithful"
+
+
+def test_the_reference_is_freed_before_the_measured_steps_without_waiting_for_a_collection():
+    """Wall-X's model (transformers') holds reference cycles: left to the cyclic collector, the
+    reference and its gradients lived into the measured steps (an H100 ran out of memory there)."""
+    import gc
+    import weakref
+
+    cls = registry.resolve("wallx")
+    values = {**knob_table.defaults_for(cls), "precision": "bf16_mixed"}
+    workload = cls({"preset": "wallx-tiny"}, values, CPU)
+    step = training.prepare(workload, values, CPU)
+    step(workload.batch(0))
+    reference = weakref.ref(step.fidelity.compute.reference.parts.model)
+    gc.disable()
+    try:
+        step.fidelity.start_window()
+        assert reference() is None
+    finally:
+        gc.enable()
+    assert step.fidelity.compute.summary()["extra"]["compute_fidelity"] == "faithful"

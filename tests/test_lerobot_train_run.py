@@ -1,14 +1,18 @@
 """The committed run of suites/lerobot-train.yaml (LeRobot's own lerobot-train, unmodified) means what
 it says: the probe's step times are lerobot-train's own clocks (its update plus its wait for the
-batch, which it prints each step), and the loader's workers do not change what the model trains on."""
+batch, which it prints each step) and what it does between them (its logging, each step here), and
+the loader's workers do not change what the model trains on."""
 
 from pathlib import Path
 
 import pytest
 
 from benchbay import store
+from benchbay.analysis.tables import LOSS_ATOL, LOSS_RTOL
 from benchbay.record import DATA_WAITS_S, LOSSES, STEP_TIMES_S, Status
 
+#: seconds a step that lerobot-train's clocks leave out may take at most (its logging each step)
+BOOKKEEPING_S = 0.005
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = store.find_runs([ROOT / "results" / "lerobot-train"]) if (ROOT / "results" / "lerobot-train").is_dir() else []
 pytestmark = pytest.mark.skipif(not RUNS, reason="no committed run of suites/lerobot-train.yaml")
@@ -35,7 +39,10 @@ def test_the_probe_agrees_with_lerobot_trains_own_clocks(records):
         probe = r.series[STEP_TIMES_S][warmup:]
         own = [u + d for u, d in zip(r.series["update_s"], r.series[DATA_WAITS_S], strict=True)][warmup:]
         assert len(probe) == len(own) == r.metrics["measured_steps"]
-        assert sum(probe) == pytest.approx(sum(own), rel=0.01), r.label  # its clocks print 3 decimals
+        # from one optimizer step to the next the probe sees all of a step; lerobot-train's two clocks
+        # leave out its bookkeeping between them (1.1-2.1 ms a step on an H100); they print 3 decimals
+        between = (sum(probe) - sum(own)) / len(probe)
+        assert -0.001 <= between <= BOOKKEEPING_S, r.label
 
 
 def test_the_loaders_workers_do_not_change_the_losses(run, records):
@@ -45,4 +52,7 @@ def test_the_loaders_workers_do_not_change_the_losses(run, records):
     assert any(len(group) > 1 for group in groups)
     for reference, *others in (group for group in groups if len(group) > 1):
         for other in others:
-            assert other.series[LOSSES] == reference.series[LOSSES], other.label
+            ours, theirs = other.series[LOSSES], reference.series[LOSSES]
+            assert ours[0] == theirs[0], other.label  # the same first batch and weights: the same loss
+            # a GPU's reductions are not deterministic (bf16 points part by up to 1.1% in 35 steps)
+            assert ours == pytest.approx(theirs, rel=LOSS_RTOL, abs=LOSS_ATOL), other.label

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -161,7 +162,10 @@ class ComputeFidelity:
         reserved = torch.cuda.memory_reserved(self.device) if cuda else 0
         with torch.random.fork_rng(devices=[self.device] if cuda else []):  # the steps draw as if it never ran
             self.figures, self.reason = self._measure(self.workload.batch(step))
-        self.reference = None  # what it held is freed
+        # what it held is freed now: a model of transformers' holds reference cycles, so without a collection
+        # the reference's copies and gradients (12 GiB for Wall-X) would live into the measured steps
+        self.reference = None
+        gc.collect()
         if cuda and torch.cuda.memory_reserved(self.device) > reserved:
             # what the reference needed beyond the point's own cache goes back to the device, not into the
             # measured steps' reserved peak (the point's cache with it: their first step allocates again)
@@ -224,7 +228,10 @@ class ComputeFidelity:
             out = self.workload.loss(parts.model, batch)
         (out if isinstance(out, torch.Tensor) else out[0]).backward()
         named = _named(parts.model)
-        return self._sampled({name: named[name].grad for name in self.groups})
+        sampled = self._sampled({name: named[name].grad for name in self.groups})
+        for p in parts.model.parameters():
+            p.grad = None
+        return sampled
 
     def _weights(self, model: nn.Module):
         """Each parameter slot of the reference (module, name, its meta parameter), the point's parameter

@@ -223,6 +223,7 @@ def test_equivalent_group_fails_on_a_lossy_point_whatever_its_losses():
 def test_a_training_point_without_a_fidelity_sample_says_so():
     # records that predate the sample: unknown, neither faithful nor a blank that reads as nothing to say
     assert fidelity_label(float("nan"), float("nan"), trains=True) == "not recorded"
+    assert fidelity_label(float("nan"), float("nan"), trains=True, command=True).startswith("not measured")
     assert fidelity_label(float("nan"), float("nan"), trains=False) == ""  # a decoder does not train
     assert fidelity_label(0.15, 0.01, trains=True).startswith("lossy")
     group = pd.DataFrame({"name": ["a", "b"], "losses": [[1.0, 0.9], [1.0, 0.9]],

@@ -150,8 +150,9 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     # its spread says nothing of the decoding, whose figures are its latency and CPU
     out["notes"] = notes(None if decodes(ok) else out[rec.STEP_TIME_CV], [*out["health_warnings"], graph_break_note(ok),
                                                                            cards_note(ok)])
+    command = "workload" in ok and bool((ok["workload"] == "command").any())
     out["fidelity"] = with_compute(fidelity_label(out[rec.UPDATE_APPLIED_SHARE], out[rec.UPDATE_APPLIED_SHARE_SE],
-                                                  trains=_has_losses(out.get(rec.LOSSES))),
+                                                  trains=_has_losses(out.get(rec.LOSSES)), command=command),
                                    out.get("extra.compute_fidelity"), out[rec.COMPUTE_GRADIENT_COSINE])
     return out
 
@@ -203,14 +204,16 @@ def _has_losses(series: Any) -> bool:
 #: a training point whose records hold no fidelity sample (they predate it): its numerics are unknown,
 #: not faithful, and a blank cell would read as nothing to say
 NOT_RECORDED = "not recorded"
+#: a command's optimizer steps in the command's own processes, out of the update fidelity's reach
+OWN_OPTIMIZER = "not measured (the command's own optimizer)"
 
 
-def fidelity_label(share: float, se: float, trains: bool = False) -> str:
+def fidelity_label(share: float, se: float, trains: bool = False, command: bool = False) -> str:
     """``faithful (1.00)``: the verdict of collect.fidelity and the applied share of the fp32
-    reference update it rests on; ``not recorded`` for a training point without one, "" for a point
-    that does not train (a decoder)."""
+    reference update it rests on; without one, what a command's optimizer is, ``not recorded`` for
+    another training point, "" for a point that does not train (a decoder)."""
     if is_missing(share):
-        return NOT_RECORDED if trains else ""
+        return OWN_OPTIMIZER if command and trains else NOT_RECORDED if trains else ""
     return f"{verdict(share, None if is_missing(se) else se)} ({share:.2f})"
 
 
@@ -394,7 +397,7 @@ def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = L
             mine = runs_of(group, str(row["name"])) if is_missing(of) else losses[None]
             if len(runs) > 1 or len(mine) > 1:
                 within = _within_band(runs, mine, first, rtol, atol)
-        if row.get("fidelity", "") and not str(row["fidelity"]).startswith(("faithful", NOT_RECORDED)):
+        if row.get("fidelity", "") and not str(row["fidelity"]).startswith(("faithful", NOT_RECORDED, OWN_OPTIMIZER)):
             # losses of a few steps cannot see lost updates: a point that is not faithful fails
             within = f"no (update fidelity: {row['fidelity']})"
         rows.append({"point": row["name"], "steps": losses.size, "final_loss": losses[-1],

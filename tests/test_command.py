@@ -147,6 +147,22 @@ def test_step_regex_stands_in_where_the_probe_sees_no_optimizer_step(tmp_path, i
     assert record.extra["probe"] == "output" and len(record.series["step_times_s"]) == 4
 
 
+def test_without_the_probe_the_output_times_the_steps_and_without_a_regex_the_point_is_refused(tmp_path, in_repo,
+                                                                                             in_process):
+    """probe=off (what the probe costs: suites/command-probe-overhead.yaml): not loaded, so the script's
+    steps are timed by its lines; a suite that gives no regex to time them by is told so."""
+    sweep = 'sweep: {points: [{label: probe, probe: "on"}, {label: no-probe, probe: "off"}]}\n'
+    path = command_suite(tmp_path, steps="{warmup: 1, measure: 3}", sweep=sweep)
+    refused, = (r for r in run_suite(path, tmp_path, in_process) if r.label == "no-probe")
+    assert refused.status == Status.SKIPPED and "no step_regex or throughput_regex" in refused.reason
+    path.write_text(path.read_text().replace("    cwd:", "    step_regex: 'step \\d+ loss'\n    cwd:"))
+    records = {r.label: r for r in run_suite(path, tmp_path / "again", in_process)}
+    assert [r.status for r in records.values()] == [Status.OK, Status.OK]
+    assert records["probe"].extra["probe"] == "optimizer-step hook"
+    assert records["no-probe"].extra["probe"] == "output" and len(records["no-probe"].series["step_times_s"]) == 4
+    assert records["no-probe"].knobs["probe"] == "off"
+
+
 def test_a_hung_command_times_out_with_nothing_left_running(tmp_path, in_repo):
     path = command_suite(tmp_path, "hang", steps="{warmup: 1, measure: 2}", timeout=8)
     (record,) = run_suite(path, tmp_path)
@@ -185,6 +201,7 @@ def test_a_command_that_is_not_found_is_one_error_before_any_point_runs(tmp_path
     (('"{mbs}"', '"{mbs.__class__}"'), r"argv\[3\]: placeholders naming a knob"),
     (('"{mbs}"', '"{nope}"'), r"argv\[3\]: placeholders naming a knob"),
     (("knobs: {switch:", "knobs: {mbs:"), r"params.knobs.mbs: a name .* not a generic knob"),
+    (("knobs: {switch:", "knobs: {probe:"), r"params.knobs.probe: a name .* nor the probe's"),
     (("loss_regex: 'loss ([0-9.]+)'", "loss_regex: 'loss'"), "loss_regex: a regular expression with a group"),
     (("    cwd:", "    series_regex: {Data: 'x ([0-9]+)'}\n    cwd:"), "series_regex: a mapping of series names"),
     (("    cwd:", "    series_regex: {data: 'x'}\n    cwd:"), "series_regex.data: a regular expression with a group"),

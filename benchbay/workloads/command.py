@@ -75,14 +75,17 @@ class Command(Workload):
     }
     mapping_params: ClassVar[tuple[str, ...]] = ("env", "knobs", "dataset", "series_regex")
     own_clock: ClassVar[bool] = True
+    # off: what the probe costs a step is what the same step runs without it, timed by its output
+    knobs = {"probe": Choice(("on", "off"), "on: the probe times the steps from inside; off: it is not loaded, "
+                                            "and step_regex or throughput_regex over the output times them")}
 
     @classmethod
     def with_params(cls, params: dict[str, Any]) -> type[Command]:
-        """The declaration of one suite's command: its declared knobs as choices."""
+        """The declaration of one suite's command: its declared knobs as choices, beside ``probe``."""
         declared = params.get("knobs") if isinstance(params.get("knobs"), dict) else {}
         knobs = {k: Choice(tuple(v), "the command's own knob") for k, v in declared.items()
                  if isinstance(v, list) and v}
-        return type(cls.__name__, (cls,), {"knobs": knobs}) if knobs else cls
+        return type(cls.__name__, (cls,), {"knobs": {**cls.knobs, **knobs}}) if knobs else cls
 
     def __init__(self, params, knobs, device):
         super().__init__(params, knobs, device)
@@ -106,6 +109,11 @@ class Command(Workload):
             started["dataset"] = str(self.dataset_root)
         return {**{k: str(v) for k, v in self.knob_values.items()}, "device": self.device.type,
                 "python": sys.executable, **started}
+
+    def skip_reason(self) -> str | None:
+        if self.knob_values["probe"] == "off" and not (self.params["step_regex"] or self.params["throughput_regex"]):
+            return "probe=off times the steps by the output: the suite gives no step_regex or throughput_regex"
+        return None
 
     def fill(self, text: str) -> str:
         values = self.values()
@@ -137,9 +145,10 @@ class Command(Workload):
         self.scratch = tempfile.TemporaryDirectory(prefix="benchbay-command-",  # removed once it is stopped
                                                    dir=os.environ.get(POINT_DIR_ENV))
         self.out, self.log = Path(self.scratch.name) / "probe", Path(self.scratch.name) / "command.log"
-        env = {**os.environ, **{k: self.fill(str(v)) for k, v in (self.params["env"] or {}).items()},
-               "BENCHBAY_PROBE_OUT": str(self.out),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE_DIR), os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, **{k: self.fill(str(v)) for k, v in (self.params["env"] or {}).items()}}
+        if self.knob_values["probe"] == "on" or self.profile is not None:  # a profile is the probe's
+            env.update(BENCHBAY_PROBE_OUT=str(self.out),
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(PROBE_DIR), os.environ.get("PYTHONPATH")])))
         if self.profile is not None:
             folder, after, steps = self.profile
             env.update(BENCHBAY_PROBE_PROFILE=str(folder), BENCHBAY_PROBE_PROFILE_AFTER=str(after),
@@ -306,11 +315,12 @@ def check(params: dict[str, Any], error) -> None:
         error("workload.params.knobs", "a mapping of knob names to lists of values (the first the default)")
         knobs = {}
     for name, values in knobs.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)) or name in GENERIC or name in SPECIAL:
-            error(f"workload.params.knobs.{name}", "a name of letters, digits and _ that is not a generic knob")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)) or name in {*GENERIC, *SPECIAL, *Command.knobs}:
+            error(f"workload.params.knobs.{name}", "a name of letters, digits and _ that is not a generic knob "
+                                                   "nor the probe's")
         elif not (isinstance(values, list) and values and all(isinstance(v, (str, int, float, bool)) for v in values)):
             error(f"workload.params.knobs.{name}", f"a non-empty list of values, got {values!r}")
-    known = {*GENERIC, *knobs, *SPECIAL} - ({"dataset"} if params.get("dataset") is None else set())
+    known = {*GENERIC, *knobs, *SPECIAL, *Command.knobs} - ({"dataset"} if params.get("dataset") is None else set())
     for where, text in [*((f"argv[{i}]", a) for i, a in enumerate(argv)),
                         *((f"env.{k}", str(v)) for k, v in env.items()),
                         *([("samples_per_step", str(params["samples_per_step"]))]
@@ -319,7 +329,7 @@ def check(params: dict[str, Any], error) -> None:
             if name not in known or not PLACEHOLDER.fullmatch("{" + name + "}"):
                 error(f"workload.params.{where}", f"placeholders naming a knob ({sorted(known)}), got {{{name}}}")
     series = params.get("series_regex", {})
-    taken = {*GENERIC, *knobs, *SPECIAL, *FIGURES} - {DATA_WAITS_S}  # a column of its own in the tables
+    taken = {*GENERIC, *knobs, *SPECIAL, *FIGURES, *Command.knobs} - {DATA_WAITS_S}  # a column of its own in the tables
     if not (isinstance(series, dict) and all(isinstance(k, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", k)
                                              and k not in taken for k in series)):
         error("workload.params.series_regex", "a mapping of series names (lower-case letters, digits, _; not a "

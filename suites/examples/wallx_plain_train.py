@@ -1,13 +1,15 @@
 """benchbay's Wall-X step as a plain training script (no harness): the same model and batches, in
 the loop the Wall-X trainer runs (bf16 autocast over fp32 weights, AdamW, clip at 1.0), printing
-its loss each step. Run through the ``command`` workload (suites/wallx-command-crosscheck.yaml) its
-steps are timed by the probe; beside the ``wallx`` workload's eager point of the same knobs, the
-two step times cross-check the probe.
+its loss and its own clock's step time each step. Run through the ``command`` workload
+(suites/wallx-command-crosscheck.yaml) its steps are timed by the probe; beside the ``wallx``
+workload's eager point of the same knobs, the two step times cross-check the probe. Its own clock,
+with the probe and without (suites/command-probe-overhead.yaml), says what the probe costs a step.
 
     python suites/examples/wallx_plain_train.py --preset wallx-3b --batch-size 16 --steps 30
 """
 
 import argparse
+import time
 
 import torch
 
@@ -27,6 +29,7 @@ def main() -> None:
     model = step.build().model
     params = [q for q in model.parameters() if q.requires_grad]
     optimizer = step.optimizer(params)
+    last = time.perf_counter()
     for i in range(args.steps):
         batch = step.batch(i)
         optimizer.zero_grad(set_to_none=True)
@@ -35,7 +38,10 @@ def main() -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        print(f"step {i} loss {loss.item():.5f}", flush=True)
+        value = loss.item()  # waits for the step: its own clock below reads a step that has ended
+        now = time.perf_counter()
+        print(f"step {i} loss {value:.5f} time {now - last:.6f}", flush=True)
+        last = now
 
 
 if __name__ == "__main__":

@@ -228,10 +228,7 @@ class ComputeFidelity:
             out = self.workload.loss(parts.model, batch)
         (out if isinstance(out, torch.Tensor) else out[0]).backward()
         named = _named(parts.model)
-        sampled = self._sampled({name: named[name].grad for name in self.groups})
-        for p in parts.model.parameters():
-            p.grad = None
-        return sampled
+        return self._sampled({name: named[name].grad for name in self.groups})
 
     def _weights(self, model: nn.Module):
         """Each parameter slot of the reference (module, name, its meta parameter), the point's parameter

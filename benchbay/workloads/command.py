@@ -314,13 +314,14 @@ def check(params: dict[str, Any], error) -> None:
     if not isinstance(knobs, dict):
         error("workload.params.knobs", "a mapping of knob names to lists of values (the first the default)")
         knobs = {}
+    reserved = {*GENERIC, *SPECIAL, *Command.knobs}  # names a suite's own knob or series may not take
     for name, values in knobs.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)) or name in {*GENERIC, *SPECIAL, *Command.knobs}:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)) or name in reserved:
             error(f"workload.params.knobs.{name}", "a name of letters, digits and _ that is not a generic knob "
                                                    "nor the probe's")
         elif not (isinstance(values, list) and values and all(isinstance(v, (str, int, float, bool)) for v in values)):
             error(f"workload.params.knobs.{name}", f"a non-empty list of values, got {values!r}")
-    known = {*GENERIC, *knobs, *SPECIAL, *Command.knobs} - ({"dataset"} if params.get("dataset") is None else set())
+    known = {*reserved, *knobs} - ({"dataset"} if params.get("dataset") is None else set())
     for where, text in [*((f"argv[{i}]", a) for i, a in enumerate(argv)),
                         *((f"env.{k}", str(v)) for k, v in env.items()),
                         *([("samples_per_step", str(params["samples_per_step"]))]
@@ -329,7 +330,7 @@ def check(params: dict[str, Any], error) -> None:
             if name not in known or not PLACEHOLDER.fullmatch("{" + name + "}"):
                 error(f"workload.params.{where}", f"placeholders naming a knob ({sorted(known)}), got {{{name}}}")
     series = params.get("series_regex", {})
-    taken = {*GENERIC, *knobs, *SPECIAL, *FIGURES, *Command.knobs} - {DATA_WAITS_S}  # a column of its own in the tables
+    taken = {*reserved, *knobs, *FIGURES} - {DATA_WAITS_S}  # a column of its own in the tables
     if not (isinstance(series, dict) and all(isinstance(k, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", k)
                                              and k not in taken for k in series)):
         error("workload.params.series_regex", "a mapping of series names (lower-case letters, digits, _; not a "

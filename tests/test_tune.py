@@ -19,6 +19,7 @@ from benchbay.tune.memory import MemoryModel, fit
 from benchbay.tune.result import emit_suite, read_result
 from benchbay.tune.study import Tuner
 from tests.conftest import benchbay_cmd, write_suite
+from tests.fixtures import landscape
 from tests.fixtures.landscape import OPTIMUM
 
 LANDSCAPE = """\
@@ -31,6 +32,16 @@ tune:
   trials: 24
   confirm: {top: 2, repeats: 1}
 """
+
+
+@pytest.fixture(autouse=True)
+def planted_clock(monkeypatch):
+    """In-process trials read their planted step times off the step clock rather than sleeping."""
+    from benchbay.collect import timing
+
+    clock = landscape.PlantedClock()
+    monkeypatch.setattr(landscape, "spend", clock.spend)
+    monkeypatch.setattr(timing, "time", clock)
 
 
 def tuner(tmp_path, text=LANDSCAPE, **kwargs):

@@ -151,11 +151,12 @@ def test_without_the_probe_the_output_times_the_steps_and_without_a_regex_the_po
                                                                                              in_process):
     """probe=off (what the probe costs: suites/command-probe-overhead.yaml): not loaded, so the script's
     steps are timed by its lines; a suite that gives no regex to time them by is told so."""
-    sweep = 'sweep: {points: [{label: probe, probe: "on"}, {label: no-probe, probe: "off"}]}\n'
-    path = command_suite(tmp_path, steps="{warmup: 1, measure: 3}", sweep=sweep)
-    refused, = (r for r in run_suite(path, tmp_path, in_process) if r.label == "no-probe")
+    no_probe = '{label: no-probe, probe: "off"}'
+    path = command_suite(tmp_path, steps="{warmup: 1, measure: 3}", sweep=f"sweep: {{points: [{no_probe}]}}\n")
+    refused, = run_suite(path, tmp_path, in_process)
     assert refused.status == Status.SKIPPED and "no step_regex or throughput_regex" in refused.reason
-    path.write_text(path.read_text().replace("    cwd:", "    step_regex: 'step \\d+ loss'\n    cwd:"))
+    path.write_text(path.read_text().replace("    cwd:", "    step_regex: 'step \\d+ loss'\n    cwd:")
+                    .replace(no_probe, f'{{label: probe, probe: "on"}}, {no_probe}'))
     records = {r.label: r for r in run_suite(path, tmp_path / "again", in_process)}
     assert [r.status for r in records.values()] == [Status.OK, Status.OK]
     assert records["probe"].extra["probe"] == "optimizer-step hook"
@@ -314,6 +315,7 @@ timeout: 300
     assert len(record.series["step_times_s"]) == 10 and len(record.series["losses"]) == 10
 
 
+@pytest.mark.slow  # torch.profiler in the command's own process: ~13 s
 def test_a_profiled_command_is_profiled_by_its_probe_in_its_own_process(tmp_path, in_repo, in_process):
     """`benchbay profile` of a command point: torch.profiler runs in the script's process, over the
     steps after the measured ones (the worker's own process only waits), and the record has the
@@ -328,3 +330,21 @@ def test_a_profiled_command_is_profiled_by_its_probe_in_its_own_process(tmp_path
     assert len(traces) == 1 and (traces[0].parent / "top_ops.csv").exists()
     assert record.extra["profiled_steps"] == 3 and record.extra["profiled_step_s"] > 0.01  # the script sleeps 10 ms
     assert any("addmm" in op["name"] or "linear" in op["name"] for op in record.extra["profile_top_ops"])
+
+
+@pytest.mark.slow  # Wall-X at toy widths, once a side
+def test_the_crosschecks_plain_script_trains_the_step_the_wallx_workload_measures(tmp_path, in_repo):
+    """The probe's cross-check compares like with like: suites/examples/wallx_plain_train.py, through
+    the command workload, gives the losses the wallx workload's point of the same knobs gives."""
+    tiny = ["knobs.mbs=2", "steps.warmup=1", "steps.measure=3", "repeats=1", "timeout=300"]
+    sides = {}
+    for name, preset in (("wallx-command-crosscheck", "knobs.preset=wallx-tiny"),
+                         ("wallx-crosscheck-workload", "workload.params.preset=wallx-tiny")):
+        runner = SuiteRunner(load(f"suites/{name}.yaml", [*tiny, preset]), tmp_path / "results", warm_up=False)
+        runner.run_all()
+        (record,) = store.typed_records(runner.run)
+        assert record.status == Status.OK, record.reason
+        sides[name] = record.series["losses"]
+    script, harness = sides["wallx-command-crosscheck"], sides["wallx-crosscheck-workload"]
+    assert len(script) == len(harness) == 4  # the warm-up step's loss and the measured ones
+    assert script == pytest.approx(harness, rel=1e-3)  # the script prints five decimals

@@ -223,6 +223,7 @@ def test_fp8_encoders_convert_their_linears_whose_sides_are_multiples_of_16():
     assert float8_inference.plan(model) == (["0"], ["2"])  # 24 outputs: kept; the conv is not a linear
 
 
+@pytest.mark.slow  # five Wan VAE encodes on a CPU: ~13 s a case
 @pytest.mark.parametrize("perturbed, expected", [(False, "faithful"), (True, "lossy")])
 def test_the_encoders_outputs_against_bf16_join_compute_fidelity(monkeypatch, perturbed, expected):
     """The conversion is planted (no FP8 kernels on a CPU): left as it is, the encoders' outputs match

@@ -147,6 +147,7 @@ def test_a_baseline_is_saved_under_the_name_the_gate_looks_for(one_run, capsys):
     assert "--name: the runs hold 2 suites (other, tiny)" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a profiled point's process: tests/test_profile.py covers what it writes
 def test_profile_command_writes_traces(tmp_path, in_repo, capsys):
     suite = write_suite(tmp_path / "p.yaml", f"""
 name: prof

@@ -348,3 +348,51 @@ def test_the_crosschecks_plain_script_trains_the_step_the_wallx_workload_measure
     script, harness = sides["wallx-command-crosscheck"], sides["wallx-crosscheck-workload"]
     assert len(script) == len(harness) == 4  # the warm-up step's loss and the measured ones
     assert script == pytest.approx(harness, rel=1e-3)  # the script prints five decimals
+
+
+def test_a_command_point_starts_its_command_before_the_worker_imports_torch(tmp_path, in_repo):
+    """benchbay.launch.entry, a point's process, imports no torch before it starts a command point's
+    command; a point it must leave to the worker (refused, profiled, another workload) it leaves."""
+    import subprocess
+    import sys
+
+    from benchbay.launch.base import PointSpec
+    from benchbay.launch.entry import started_command
+    from benchbay.suite import Steps
+
+    check = "import sys, benchbay.launch.entry; assert 'torch' not in sys.modules, 'torch imported'"
+    assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True).returncode == 0
+    (tmp_path / "train.py").write_text(SCRIPT)
+    params = {"argv": ["{python}", str(tmp_path / "train.py")], "knobs": {"switch": ["0"]}}
+
+    def spec(**given):
+        fields = {"workload": "command", "params": params, "knobs": {"mbs": 2}, "steps": Steps(warmup=1, measure=2),
+                  "device": "cpu", "timeout": 60, **given}
+        return PointSpec(**fields)
+
+    command = started_command(spec())
+    try:
+        assert command is not None and command.running_now()
+        assert command.values()["device"] == "cpu"
+    finally:
+        command.stop()
+    assert started_command(spec(profile=True)) is None
+    assert started_command(spec(knobs={"mbs": 2, "probe": "off"})) is None  # refused: no regex to time it by
+    assert started_command(spec(workload="tests.fixtures.tinywork:Tiny", params={})) is None
+
+
+def test_the_report_says_what_each_command_process_cost(tmp_path, in_repo, in_process):
+    """Each process split into the command's start-up with its first step, its later steps and the
+    harness's share."""
+    from benchbay.analysis.command_cost import cost_table
+
+    (record,) = run_suite(command_suite(tmp_path, steps="{warmup: 1, measure: 3}"), tmp_path, in_process)
+    assert record.status == Status.OK
+    frame = records_to_frame([record.to_json()])
+    (row,) = cost_table(frame).to_dict("records")
+    assert row["steps"] == 4 and row["process"] == pytest.approx(record.duration_s)
+    assert row["start_up_and_first_step"] + row["later_steps"] + row["harness"] == pytest.approx(row["process"])
+    assert 0 < row["harness"] < row["process"] and row["start_up_and_first_step"] > 0
+    build_report(frame, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "### What each process cost" in text and f"| {row['harness']:.1f} |" in text

@@ -419,7 +419,7 @@ def test_a_points_stack_dump_is_scheduled_from_the_parents_deadline(tmp_path, mo
     # a worker whose imports took most of the timeout dumps before the parent's deadline, not its own
     scheduled = []
     monkeypatch.setattr(worker.faulthandler, "dump_traceback_later", lambda s, exit: scheduled.append(s))
-    monkeypatch.setattr(worker, "run", lambda spec: WorkerResult(status="ok"))
+    monkeypatch.setattr(worker, "run", lambda spec, command: WorkerResult(status="ok"))
     (tmp_path / "spec.json").write_text(json.dumps({**written, "deadline": time.time() + 20}))
     assert worker.main([str(tmp_path / "spec.json"), str(tmp_path / "result.json")]) == 0
     (delay,) = scheduled

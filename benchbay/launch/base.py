@@ -43,7 +43,7 @@ class Launch:
 
 @dataclass(frozen=True, kw_only=True)
 class PointSpec:
-    """One point as the worker (``benchbay.launch.worker``) reads it from ``spec.json``."""
+    """One point as its process (``benchbay.launch.entry``, then the worker) reads it from ``spec.json``."""
 
     workload: str
     params: dict[str, Any]

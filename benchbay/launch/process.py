@@ -50,7 +50,7 @@ def point_env(knobs: dict[str, Any]) -> dict[str, str]:
 
 
 def command(spec_path: Path, result_path: Path, launch: Launch) -> list[str]:
-    worker = ["-m", "benchbay.launch.worker", str(spec_path), str(result_path)]
+    worker = ["-m", "benchbay.launch.entry", str(spec_path), str(result_path)]
     if launch.launcher == "direct":
         return [sys.executable, *worker]
     rdzv = (["--standalone"] if launch.nnodes == 1 else

@@ -1,6 +1,6 @@
 """The process that measures one sweep point (one rank of it under torchrun).
 
-``python -m benchbay.launch.worker SPEC.json RESULT.json``: builds the workload, applies the
+Run by ``python -m benchbay.launch.entry SPEC.json RESULT.json``: builds the workload, applies the
 knobs, runs warm-up + measured steps under the collectors and writes a result file atomically.
 An exception becomes ``error`` (or ``oom``), a non-finite loss ``diverged``; a crash or a hang
 leaves no result file and is classified by the parent (benchbay.launch.process)."""
@@ -56,6 +56,7 @@ from benchbay.record import (
 )
 from benchbay.suite.model import MIN_BUDGETED_STEPS, Steps
 from benchbay.workloads import registry
+from benchbay.workloads.command import Command
 
 #: cuBLAS reports a handle it had no memory for as an allocation failure, not an OutOfMemoryError (H200,
 #: Wall-X mbs 64: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`)
@@ -142,7 +143,9 @@ class Measured:
     stopped_early: dict[str, Any] | None = None  # a tune's early stop ended the steps (_slower_than)
 
 
-def run(spec: PointSpec) -> WorkerResult:
+def run(spec: PointSpec, command: Command | None = None) -> WorkerResult:
+    """The point's steps and figures; ``command``: its command, started before torch was imported
+    (benchbay.launch.entry)."""
     rank, world, local_rank = _init_distributed(spec.device)
     device = torch.device(spec.device, local_rank) if spec.device == "cuda" else torch.device("cpu")
     own_clock = registry.declaration(spec.workload).own_clock
@@ -152,7 +155,10 @@ def run(spec: PointSpec) -> WorkerResult:
     torch.manual_seed(knobs.get("seed", 0))
     result = WorkerResult(status=Status.OK, rank=rank, world_size=world)
     try:  # building and asking it may read the data (decode on cuda opens params.root): a failure is an error
-        harness = harness_for(registry.resolve(spec.workload)(spec.params, knobs, device), world)
+        if command is not None:
+            command.device = device
+        workload = command or registry.resolve(spec.workload)(spec.params, knobs, device)
+        harness = harness_for(workload, world)
         reason = harness.skip_reason()
     except Exception as exc:
         return replace(result, **_failure(exc, -1, device))
@@ -366,7 +372,7 @@ def _failure(exc: BaseException, step_index: int, device: torch.device, after_st
             "metrics": {"error_step": step_index}}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, command: Command | None = None) -> int:
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank under torchrun: die with torchrun, which dies with the runner
         die_with_parent()
     spec_path, result_path = (argv or sys.argv[1:])[:2]
@@ -376,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         # and torchrun's own start came before this process could count anything
         faulthandler.dump_traceback_later(max(spec.deadline - STACK_DUMP_LEAD_S - time.time(), 1.0), exit=False)
     started = time.time()
-    result = run(spec)
+    result = run(spec, command)
     result.duration_s = time.time() - started
     path = Path(result_path)
     if result.world_size > 1:
@@ -385,6 +391,3 @@ def main(argv: list[str] | None = None) -> int:
     # non-zero lets torchrun tear down the other ranks of a failed point
     return 0 if result.status in (Status.OK, Status.SKIPPED, Status.DIVERGED) else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

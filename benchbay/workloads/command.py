@@ -137,7 +137,10 @@ class Command(Workload):
                 self.scratch.cleanup()
 
     def start(self) -> None:
-        """Start the command in a process group of its own, the probe first on its PYTHONPATH."""
+        """Start the command in a process group of its own, the probe first on its PYTHONPATH (once:
+        benchbay.launch.entry may have started it before the worker imported torch)."""
+        if self.proc is not None:
+            return
         if self.params["dataset"] is not None:
             from benchbay.decode.clips import cached_dataset
 

@@ -1,0 +1,52 @@
+"""What a command point cost, process by process: the point's process from launch to exit against
+the command's own time, its start-up with its first step (from its start to that step's end) and its
+later steps up to the last one the suite measured. The rest is the harness's: starting the point's
+process and importing torch there, stopping the command (SIGINT, then waiting for it to exit), the
+collectors. A command point should cost little more than the script's start-up plus its steps."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from benchbay.analysis.frame import is_missing
+from benchbay.document import Block, Heading, Table, Text
+from benchbay.record import STEP_TIMES_S
+
+
+def cost_table(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per ok command process (seconds): ``process``, the command's (its start-up and first
+    step, then its later steps) and ``harness``, the process less the command."""
+    rows = []
+    for _, r in records.iterrows():
+        times, duration = r.get(STEP_TIMES_S), r.get("duration_s")
+        if r.get("workload") != "command" or r.get("status") != "ok" or is_missing(duration) \
+                or not isinstance(times, list) or not times:
+            continue
+        command = float(sum(times))
+        rows.append({"point_id": r["point_id"], "repeat": r["repeat"], "process": float(duration),
+                     "start_up_and_first_step": float(times[0]), "later_steps": command - float(times[0]),
+                     "steps": len(times), "harness": float(duration) - command})
+    return pd.DataFrame(rows)
+
+
+def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
+    """The report's section: ``points`` the point summary (its names), ``records`` its processes."""
+    table = cost_table(records)
+    if table.empty:
+        return []
+    names = dict(zip(points["point_id"], points["name"], strict=True))
+    shown = pd.DataFrame({
+        "point": table["point_id"].map(names), "repeat": table["repeat"].map(str),
+        "process (s)": table["process"].map("{:.1f}".format),
+        "command's start-up and first step (s)": table["start_up_and_first_step"].map("{:.1f}".format),
+        "its later steps (s)": table["later_steps"].map("{:.1f}".format), "steps": table["steps"].map(str),
+        "harness (s)": table["harness"].map("{:.1f}".format),
+        "harness share": (table["harness"] / table["process"]).map("{:.0%}".format)})
+    harness = table["harness"]
+    return [Heading("What each process cost", 3),
+            Text("A command point's process from launch to exit, against the command's own time: from its start "
+                 "to its first step's end (its start-up), then its steps up to the last the suite measured. The "
+                 "rest is the harness's: starting the point's process (torch imported there), stopping the command "
+                 "(SIGINT, then its exit; a data loader's workers exit with it) and the collectors. Here the "
+                 f"harness added {harness.min():.1f} to {harness.max():.1f} s a process."),
+            Table(shown)]

@@ -350,7 +350,7 @@ def test_the_crosschecks_plain_script_trains_the_step_the_wallx_workload_measure
     assert script == pytest.approx(harness, rel=1e-3)  # the script prints five decimals
 
 
-def test_a_command_point_starts_its_command_before_the_worker_imports_torch(tmp_path, in_repo):
+def test_a_command_point_starts_its_command_before_the_worker_imports_torch(tmp_path, in_repo, monkeypatch):
     """benchbay.launch.entry, a point's process, imports no torch before it starts a command point's
     command; a point it must leave to the worker (refused, profiled, another workload) it leaves."""
     import subprocess
@@ -370,6 +370,8 @@ def test_a_command_point_starts_its_command_before_the_worker_imports_torch(tmp_
                   "device": "cpu", "timeout": 60, **given}
         return PointSpec(**fields)
 
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):  # as the entry sets them
+        monkeypatch.setenv(name, value)
     command = started_command(spec())
     try:
         assert command is not None and command.running_now()

@@ -445,7 +445,7 @@ def test_a_bad_root_with_decord_is_an_error_not_a_crash(tmp_path, monkeypatch):
 
     # on a GPU host the decode workload opens its root before the steps, to ask for its codecs
     monkeypatch.setattr(BACKENDS["decord"], "unavailable_reason", classmethod(lambda cls, device="cpu": None))
-    monkeypatch.setattr(worker, "_init_distributed", lambda device_type: (0, 1, 0))
+    monkeypatch.setattr(worker, "rank_env", lambda: (0, 1, 0))
     spec = PointSpec(workload="decode", params={"root": str(tmp_path)}, knobs={"backend": "decord", "device": "cuda"},
                      steps=Steps(), device="cpu", timeout=60)
     result = worker.run(spec)

@@ -6,6 +6,8 @@ worker reads it (``PointSpec``, written as ``spec.json``), what one rank's worke
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,18 @@ class Launch:
     @property
     def launcher(self) -> Literal["direct", "torchrun"]:
         return "torchrun" if self.torchrun or self.world_size > 1 else "direct"
+
+
+def rank_env() -> tuple[int, int, int]:
+    """rank, world size, local rank; where torchrun did not start this process, a one-process group's
+    variables, set in its environment (and a command's, which inherits them) once."""
+    if "RANK" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+    return rank, world, local
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchbay.launch.base import PointSpec
+from benchbay.launch.base import PointSpec, rank_env
 from benchbay.workloads import registry
 from benchbay.workloads.command import Command
 
@@ -28,6 +28,7 @@ def started_command(spec: PointSpec) -> Command | None:
         # the device as a command sees it, by its type; the worker puts the torch device in its place
         command = Command(spec.params, spec.knobs, SimpleNamespace(type=spec.device))
         if command.skip_reason() is None:
+            rank_env()  # the variables the worker would have set before starting it
             command.start()
             return command
     except Exception:  # noqa: BLE001 - the worker builds and starts it again, and records what failed

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import re
-import socket
 import statistics
 import sys
 import time
@@ -35,7 +34,7 @@ from benchbay.collect.memory_snapshot import MemorySnapshot
 from benchbay.collect.system import SystemSampler
 from benchbay.collect.timing import StepTimer, summarize
 from benchbay.knobs.rules import Refused
-from benchbay.launch.base import PointSpec, WorkerResult
+from benchbay.launch.base import PointSpec, WorkerResult, rank_env
 from benchbay.launch.harness import StepHarness, harness_for
 from benchbay.launch.process import PHASE_MARK, die_with_parent
 from benchbay.record import (
@@ -71,17 +70,6 @@ def write_atomic(path: Path, data: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def _init_distributed(device_type: str) -> tuple[int, int, int]:
-    """rank, world size, local rank; a one-process group when torchrun did not start us."""
-    if "RANK" not in os.environ:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
-    return rank, world, local
 
 
 def _steady_window(times: list[float], steady: str | tuple[int, int], warmup: int) -> tuple[int, int]:
@@ -146,7 +134,7 @@ class Measured:
 def run(spec: PointSpec, command: Command | None = None) -> WorkerResult:
     """The point's steps and figures; ``command``: its command, started before torch was imported
     (benchbay.launch.entry)."""
-    rank, world, local_rank = _init_distributed(spec.device)
+    rank, world, local_rank = rank_env()
     device = torch.device(spec.device, local_rank) if spec.device == "cuda" else torch.device("cpu")
     own_clock = registry.declaration(spec.workload).own_clock
     if device.type == "cuda" and not own_clock:  # a command's processes hold the device, not this one

@@ -23,7 +23,8 @@ def started_command(spec: PointSpec) -> Command | None:
     if spec.profile or "TORCHELASTIC_RUN_ID" in os.environ:
         return None
     try:
-        if registry.resolve(spec.workload) is not Command:
+        # by name first: another workload's module is the worker's to import, under its stack-dump deadline
+        if spec.workload != Command.name or registry.resolve(spec.workload) is not Command:
             return None
         # the device as a command sees it, by its type; the worker puts the torch device in its place
         command = Command(spec.params, spec.knobs, SimpleNamespace(type=spec.device))

@@ -395,6 +395,9 @@ def test_the_report_says_what_each_command_process_cost(tmp_path, in_repo, in_pr
     assert row["steps"] == 4 and row["process"] == pytest.approx(record.duration_s)
     assert row["start_up_and_first_step"] + row["later_steps"] + row["harness"] == pytest.approx(row["process"])
     assert 0 < row["harness"] < row["process"] and row["start_up_and_first_step"] > 0
+    # the probe's hook timed itself: far under the script's 10 ms a step (a host clock and a line written)
+    assert 0 < record.metrics["probe_host_s"] == row["probe"] < 0.01
     build_report(frame, tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
     assert "### What each process cost" in text and f"| {row['harness']:.1f} |" in text
+    assert f"| {row['probe'] * 1e3:.3f} | {row['probe'] / row['step']:.2%} |" in text

@@ -10,7 +10,7 @@ import pandas as pd
 
 from benchbay.analysis.frame import is_missing
 from benchbay.document import Block, Heading, Table, Text
-from benchbay.record import STEP_TIMES_S
+from benchbay.record import PROBE_HOST_S, STEP_TIME_S, STEP_TIMES_S
 
 
 def cost_table(records: pd.DataFrame) -> pd.DataFrame:
@@ -25,8 +25,10 @@ def cost_table(records: pd.DataFrame) -> pd.DataFrame:
         command = float(sum(times))
         rows.append({"point_id": r["point_id"], "repeat": r["repeat"], "process": float(duration),
                      "start_up_and_first_step": float(times[0]), "later_steps": command - float(times[0]),
-                     "steps": len(times), "harness": float(duration) - command})
-    return pd.DataFrame(rows)
+                     "steps": len(times), "harness": float(duration) - command,
+                     "probe": r.get(PROBE_HOST_S), "step": r.get(STEP_TIME_S)})
+    table = pd.DataFrame(rows)
+    return table.assign(probe=pd.to_numeric(table["probe"]), step=pd.to_numeric(table["step"])) if rows else table
 
 
 def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
@@ -43,10 +45,18 @@ def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
         "harness (s)": table["harness"].map("{:.1f}".format),
         "harness share": (table["harness"] / table["process"]).map("{:.0%}".format)})
     harness = table["harness"]
-    return [Heading("What each process cost", 3),
-            Text("A command point's process from launch to exit, against the command's own time: from its start "
-                 "to its first step's end (its start-up), then its steps up to the last the suite measured. The "
-                 "rest is the harness's: starting the point's process (torch imported there), stopping the command "
-                 "(SIGINT, then its exit; a data loader's workers exit with it) and the collectors. Here the "
-                 f"harness added {harness.min():.1f} to {harness.max():.1f} s a process."),
-            Table(shown)]
+    text = ("A command point's process from launch to exit, against the command's own time: from its start to its "
+            "first step's end (its start-up), then its steps up to the last the suite measured. The rest is the "
+            "harness's: starting the point's process (torch imported there), stopping the command (SIGINT, then its "
+            "exit; a data loader's workers exit with it) and the collectors. Here the harness added "
+            f"{harness.min():.1f} to {harness.max():.1f} s a process.")
+    if table["probe"].notna().any():  # records before the probe measured itself have none
+        shown["probe's hook, host (ms a step)"] = (table["probe"] * 1e3).map(_shown("{:.3f}"))
+        shown["of the step"] = (table["probe"] / table["step"]).map(_shown("{:.2%}"))
+        text += (" The probe's hook says its own host time a step: what the probe adds to a step on the host, "
+                 "hidden where the device is behind it.")
+    return [Heading("What each process cost", 3), Text(text), Table(shown)]
+
+
+def _shown(form: str):
+    return lambda v: "" if is_missing(v) else form.format(v)

@@ -33,6 +33,7 @@ from benchbay.record import (
     PEAK_HOST_RSS_GIB,
     PEAK_MEM_ALLOCATED_GIB,
     PEAK_MEM_RESERVED_GIB,
+    PROBE_HOST_S,
 )
 from benchbay.workloads.base import Workload
 
@@ -253,6 +254,9 @@ class Command(Workload):
                                   PEAK_MEM_RESERVED_GIB: seen[-1]["peak_reserved"] / 2**30}
         if seen and "peak_rss" in seen[-1]:  # the command's (rank 0's) process, not the worker's
             figures["metrics"] = {**figures.get("metrics", {}), PEAK_HOST_RSS_GIB: seen[-1]["peak_rss"] / 2**30}
+        if len(seen) > 1 and "probe_s" in seen[-1]:  # the probe's hook: host seconds a step, a bound on its cost
+            spent = (seen[-1]["probe_s"] - seen[0]["probe_s"]) / (len(seen) - 1)
+            figures["metrics"] = {**figures.get("metrics", {}), PROBE_HOST_S: spent}
         if self.params["loss_regex"]:
             figures[LOSSES] = self._per_step(self.params["loss_regex"], steps)
         if self.params["series_regex"]:

@@ -4,11 +4,13 @@ included). Where ``BENCHBAY_PROBE_OUT`` is set, it waits for ``torch.optim.optim
 imported by the script (so a process that never trains never imports torch for it), then registers
 torch's global optimizer-step post hook and appends one JSON line per step to
 ``$BENCHBAY_PROBE_OUT.<rank>``: the step's duration from the previous step's end (CUDA events on a
-GPU, read once completed, so the probe never synchronises; the host clock on a CPU), and peak
-allocated and reserved device memory so far. Where ``BENCHBAY_PROBE_PROFILE`` names a folder
-(``benchbay profile``), torch.profiler runs over the steps after the first
-``BENCHBAY_PROBE_PROFILE_AFTER``: one step its warm-up, then ``BENCHBAY_PROBE_PROFILE_STEPS``
-recorded, the trace written to ``trace.json`` there (``rank<N>/`` under torchrun) as the last ends.
+GPU, read once completed, so the probe never synchronises; the host clock on a CPU), peak allocated
+and reserved device memory so far, and the host seconds spent in the probe's hook so far (its cost
+a step on the host, hidden wherever the device is behind the host). Where
+``BENCHBAY_PROBE_PROFILE`` names a folder (``benchbay profile``), torch.profiler runs over the steps
+after the first ``BENCHBAY_PROBE_PROFILE_AFTER``: one step its warm-up, then
+``BENCHBAY_PROBE_PROFILE_STEPS`` recorded, the trace written to ``trace.json`` there (``rank<N>/``
+under torchrun) as the last ends.
 Standalone on purpose: the command's Python need not have benchbay installed. A sitecustomize of
 the command's own later on the path still runs."""
 
@@ -38,8 +40,16 @@ class _Probe:
         self.marks = []  # per step: a CUDA event, or the host clock
         self.written = 0
         self.profiler = None
+        self.spent = 0.0  # host seconds inside the hook, over the steps whose hook has returned
 
     def hook(self, optimizer, args, kwargs):
+        entered = time.perf_counter()
+        try:
+            self._hook(optimizer)
+        finally:
+            self.spent += time.perf_counter() - entered
+
+    def _hook(self, optimizer):
         if self.optimizer is None:
             self.optimizer = id(optimizer)
         if id(optimizer) != self.optimizer:
@@ -96,7 +106,7 @@ class _Probe:
                 dt, mem = (mark - self.marks[i - 1] if i else None), {}
             # this process's peak RSS since it started (the OS keeps no window): a CPU run's peak memory
             mem["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-            self.file.write(json.dumps({"step": i, "dt": dt, "t": time.time(), **mem}) + "\n")
+            self.file.write(json.dumps({"step": i, "dt": dt, "t": time.time(), "probe_s": self.spent, **mem}) + "\n")
             self.written += 1
 
 

@@ -1,8 +1,9 @@
 """What a command point cost, process by process: the point's process from launch to exit against
 the command's own time, its start-up with its first step (from its start to that step's end) and its
 later steps up to the last one the suite measured. The rest is the harness's: starting the point's
-process and importing torch there, stopping the command (SIGINT, then waiting for it to exit), the
-collectors. A command point should cost little more than the script's start-up plus its steps."""
+process (its torch import runs beside the command's start-up: benchbay.launch.entry), stopping the
+command (SIGINT, then waiting for it to exit), the collectors. A command point should cost little
+more than the script's start-up plus its steps."""
 
 from __future__ import annotations
 
@@ -47,8 +48,9 @@ def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
     harness = table["harness"]
     text = ("A command point's process from launch to exit, against the command's own time: from its start to its "
             "first step's end (its start-up), then its steps up to the last the suite measured. The rest is the "
-            "harness's: starting the point's process (torch imported there), stopping the command (SIGINT, then its "
-            "exit; a data loader's workers exit with it) and the collectors. Here the harness added "
+            "harness's: starting the point's process, stopping the command (SIGINT, then its exit; a data loader's "
+            "workers exit with it) and the collectors; in records made before the command was started ahead of "
+            "the worker's imports, torch's import there too. Here the harness added "
             f"{harness.min():.1f} to {harness.max():.1f} s a process.")
     if table["probe"].notna().any():  # records before the probe measured itself have none
         shown["probe's hook, host (ms a step)"] = (table["probe"] * 1e3).map(_shown("{:.3f}"))

@@ -6,6 +6,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import psutil
 import pytest
 
@@ -401,3 +402,20 @@ def test_the_report_says_what_each_command_process_cost(tmp_path, in_repo, in_pr
     text = (tmp_path / "report" / "report.md").read_text()
     assert "### What each process cost" in text and f"| {row['harness']:.1f} |" in text
     assert f"| {row['probe'] * 1e3:.3f} | {row['probe'] / row['step']:.2%} |" in text
+
+
+def test_a_cost_section_over_two_runs_says_which_run_each_process_was():
+    """A report over a run before a change and one after it: each row names its run, and the text gives
+    the harness's range per run rather than one range over both."""
+    from benchbay.analysis.command_cost import cost_blocks
+
+    def process(run, duration):
+        return {"run_id": run, "point_id": "p1", "repeat": 0, "workload": "command", "status": "ok",
+                "duration_s": duration, "step_times_s": [5.0, 1.0, 1.0], "probe_host_s": None, "step_time_s": 1.0}
+
+    records = pd.DataFrame([process("before", 14.0), process("after", 10.0)])
+    _, text, table = cost_blocks(pd.DataFrame({"point_id": ["p1"], "name": ["bs4"]}), records)
+    assert list(table.frame["run"]) == ["before", "after"]
+    assert "7.0 to 7.0 s in run before; 3.0 to 3.0 s in run after" in text.text
+    (_, text, table) = cost_blocks(pd.DataFrame({"point_id": ["p1"], "name": ["bs4"]}), records.iloc[:1])
+    assert "run" not in table.frame and "added, a process: 7.0 to 7.0 s." in text.text

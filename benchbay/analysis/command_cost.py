@@ -24,7 +24,8 @@ def cost_table(records: pd.DataFrame) -> pd.DataFrame:
                 or not isinstance(times, list) or not times:
             continue
         command = float(sum(times))
-        rows.append({"point_id": r["point_id"], "repeat": r["repeat"], "process": float(duration),
+        rows.append({"run_id": r.get("run_id"), "point_id": r["point_id"], "repeat": r["repeat"],
+                     "process": float(duration),
                      "start_up_and_first_step": float(times[0]), "later_steps": command - float(times[0]),
                      "steps": len(times), "harness": float(duration) - command,
                      "probe": r.get(PROBE_HOST_S), "step": r.get(STEP_TIME_S)})
@@ -45,13 +46,16 @@ def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
         "its later steps (s)": table["later_steps"].map("{:.1f}".format), "steps": table["steps"].map(str),
         "harness (s)": table["harness"].map("{:.1f}".format),
         "harness share": (table["harness"] / table["process"]).map("{:.0%}".format)})
-    harness = table["harness"]
+    runs = table.groupby("run_id", sort=False)["harness"]
+    if runs.ngroups > 1:  # a report over several runs (before and after a change): which row is which
+        shown.insert(0, "run", table["run_id"].map(str))
+    added = "; ".join(f"{h.min():.1f} to {h.max():.1f} s" + (f" in run {run}" if runs.ngroups > 1 else "")
+                      for run, h in runs)
     text = ("A command point's process from launch to exit, against the command's own time: from its start to its "
             "first step's end (its start-up), then its steps up to the last the suite measured. The rest is the "
             "harness's: starting the point's process, stopping the command (SIGINT, then its exit; a data loader's "
             "workers exit with it) and the collectors; in records made before the command was started ahead of "
-            "the worker's imports, torch's import there too. Here the harness added "
-            f"{harness.min():.1f} to {harness.max():.1f} s a process.")
+            f"the worker's imports, torch's import there too. Here the harness added, a process: {added}.")
     if table["probe"].notna().any():  # records before the probe measured itself have none
         shown["probe's hook, host (ms a step)"] = (table["probe"] * 1e3).map(_shown("{:.3f}"))
         shown["of the step"] = (table["probe"] / table["step"]).map(_shown("{:.2%}"))

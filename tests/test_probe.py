@@ -1,0 +1,79 @@
+"""The probe's GPU path on a CPU: a stand-in for torch.cuda (events that complete when told, the
+allocator's nested stats) drives the hook as a GPU run would, step by step."""
+
+import importlib.util
+import json
+import types
+
+from benchbay.workloads.command import PROBE_DIR
+
+PROBE = PROBE_DIR / "sitecustomize.py"
+
+
+class _Event:
+    done: set = set()
+
+    def __init__(self, enable_timing):
+        self.at = None
+
+    def record(self):
+        self.at = _FakeCuda.clock
+
+    def query(self):
+        return self in _Event.done
+
+    def synchronize(self):
+        raise AssertionError("the probe synchronised inside a step")
+
+    def elapsed_time(self, end):
+        return (end.at - self.at) * 1e3
+
+
+class _FakeCuda:
+    clock = 0.0
+    Event = _Event
+
+    @staticmethod
+    def is_available():
+        return True
+
+    @staticmethod
+    def is_initialized():
+        return True
+
+    @staticmethod
+    def memory_stats_as_nested_dict():
+        peak = int(_FakeCuda.clock * 1e9)
+        return {"allocated_bytes": {"all": {"peak": peak, "current": 1}},
+                "reserved_bytes": {"all": {"peak": 2 * peak, "current": 1}}}
+
+
+def _probe_module(tmp_path):
+    """The probe's module without the import-time hook on this process's torch (no BENCHBAY_PROBE_OUT
+    as it loads), then pointed at a file of this test's."""
+    spec = importlib.util.spec_from_file_location("benchbay_probe_under_test", PROBE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.OUT = str(tmp_path / "probe")
+    return module
+
+
+def test_on_a_gpu_the_probe_writes_a_step_once_its_event_completed_with_the_allocators_peaks(tmp_path):
+    module = _probe_module(tmp_path)
+    _Event.done.clear()
+    probe = module._Probe(types.SimpleNamespace(cuda=_FakeCuda))
+    optimizer = object()
+    for step in range(3):  # each step's end 0.5 s after the last; none completed yet
+        _FakeCuda.clock = 0.5 * (step + 1)
+        probe.hook(optimizer, (), {})
+    assert (tmp_path / "probe.0").read_text() == ""  # nothing waited for the device
+    _Event.done.update(probe.marks[:2])
+    _FakeCuda.clock = 2.0
+    probe.hook(optimizer, (), {})  # a fourth step: the first two are known now
+    lines = [json.loads(line) for line in (tmp_path / "probe.0").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1]
+    assert lines[0]["dt"] is None and lines[1]["dt"] == 0.5
+    assert lines[1]["peak_allocated"] == 2_000_000_000 and lines[1]["peak_reserved"] == 4_000_000_000
+    assert 0 < lines[0]["probe_s"] <= lines[1]["probe_s"]
+    probe.hook(object(), (), {})  # another optimizer's step is not the training's
+    assert len(probe.marks) == 4

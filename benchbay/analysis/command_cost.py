@@ -46,7 +46,7 @@ def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
         "its later steps (s)": table["later_steps"].map("{:.1f}".format), "steps": table["steps"].map(str),
         "harness (s)": table["harness"].map("{:.1f}".format),
         "harness share": (table["harness"] / table["process"]).map("{:.0%}".format)})
-    runs = table.groupby("run_id", sort=False)["harness"]
+    runs = table.groupby("run_id", sort=False, dropna=False)["harness"]
     if runs.ngroups > 1:  # a report over several runs (before and after a change): which row is which
         shown.insert(0, "run", table["run_id"].map(str))
     added = "; ".join(f"{h.min():.1f} to {h.max():.1f} s" + (f" in run {run}" if runs.ngroups > 1 else "")

@@ -249,23 +249,24 @@ class Command(Workload):
         first = seen[0].get("t", self.started) - self.started if seen else None
         figures: dict[str, Any] = {"times": [first, *times] if first is not None and len(times) == len(seen) - 1
                                    else []}
+        metrics: dict[str, float] = {}
         if seen and "peak_allocated" in seen[-1]:
-            figures["metrics"] = {PEAK_MEM_ALLOCATED_GIB: seen[-1]["peak_allocated"] / 2**30,
-                                  PEAK_MEM_RESERVED_GIB: seen[-1]["peak_reserved"] / 2**30}
+            metrics[PEAK_MEM_ALLOCATED_GIB] = seen[-1]["peak_allocated"] / 2**30
+            metrics[PEAK_MEM_RESERVED_GIB] = seen[-1]["peak_reserved"] / 2**30
         if seen and "peak_rss" in seen[-1]:  # the command's (rank 0's) process, not the worker's
-            figures["metrics"] = {**figures.get("metrics", {}), PEAK_HOST_RSS_GIB: seen[-1]["peak_rss"] / 2**30}
+            metrics[PEAK_HOST_RSS_GIB] = seen[-1]["peak_rss"] / 2**30
         if len(seen) > 1 and "probe_s" in seen[-1]:  # the probe's hook: host seconds a step, a bound on its cost
-            spent = (seen[-1]["probe_s"] - seen[0]["probe_s"]) / (len(seen) - 1)
-            figures["metrics"] = {**figures.get("metrics", {}), PROBE_HOST_S: spent}
+            metrics[PROBE_HOST_S] = (seen[-1]["probe_s"] - seen[0]["probe_s"]) / (len(seen) - 1)
         if self.params["loss_regex"]:
             figures[LOSSES] = self._per_step(self.params["loss_regex"], steps)
         if self.params["series_regex"]:
             figures["series"] = {name: self._per_step(rx, steps) for name, rx in self.params["series_regex"].items()}
-        output = self.output()
         if self.params["throughput_regex"]:
-            rates = [float(m.group(1)) for m in re.finditer(self.params["throughput_regex"], output)]
+            rates = [float(m.group(1)) for m in re.finditer(self.params["throughput_regex"], self.output())]
             if rates:
-                figures["metrics"] = {**figures.get("metrics", {}), "command_samples_per_s": rates[-1]}
+                metrics["command_samples_per_s"] = rates[-1]
+        if metrics:
+            figures["metrics"] = metrics
         return figures
 
     def _per_step(self, regex: str, steps: int) -> list[float]:

@@ -336,12 +336,13 @@ def test_a_profiled_command_is_profiled_by_its_probe_in_its_own_process(tmp_path
 @pytest.mark.slow  # Wall-X at toy widths, once a side
 def test_the_crosschecks_plain_script_trains_the_step_the_wallx_workload_measures(tmp_path, in_repo):
     """The probe's cross-check compares like with like: suites/examples/wallx_plain_train.py, through
-    the command workload, gives the losses the wallx workload's point of the same knobs gives."""
+    the command workload, gives the losses the wallx workload's point of the same knobs gives, at the
+    depth an 80 GB card takes (12 language layers) on both sides."""
     tiny = ["knobs.mbs=2", "steps.warmup=1", "steps.measure=3", "repeats=1", "timeout=300"]
     sides = {}
-    for name, preset in (("wallx-command-crosscheck", "knobs.preset=wallx-tiny"),
-                         ("wallx-crosscheck-workload", "workload.params.preset=wallx-tiny")):
-        runner = SuiteRunner(load(f"suites/{name}.yaml", [*tiny, preset]), tmp_path / "results", warm_up=False)
+    for name, where in (("wallx-command-crosscheck", "knobs"), ("wallx-crosscheck-workload", "workload.params")):
+        depth = [f"{where}.preset=wallx-tiny", f"{where}.layers=12"]
+        runner = SuiteRunner(load(f"suites/{name}.yaml", [*tiny, *depth]), tmp_path / "results", warm_up=False)
         runner.run_all()
         (record,) = store.typed_records(runner.run)
         assert record.status == Status.OK, record.reason

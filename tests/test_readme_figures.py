@@ -146,7 +146,7 @@ def test_readme_is_one_screenful_with_cis_test_command():
     """The README stays short (the lab notebook lives in docs/) and shows the test command .ci/run runs
     first (then the slow tests)."""
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) <= 300
+    assert len(readme.splitlines()) <= 180
     ci = next(line for line in (ROOT / ".ci/run").read_text().splitlines() if "-m pytest" in line)
     assert ci.strip() in readme
 

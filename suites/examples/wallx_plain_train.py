@@ -22,10 +22,12 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--lm-head", default="all", help="the wallx workload's lm_head knob")
+    p.add_argument("--layers", default="preset", help="language layers: the preset's, or fewer (the workload's layers)")
     args = p.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
-    step = WallX({"preset": args.preset}, {"mbs": args.batch_size, "lm_head": args.lm_head}, device)
+    layers = None if args.layers == "preset" else int(args.layers)
+    step = WallX({"preset": args.preset, "layers": layers}, {"mbs": args.batch_size, "lm_head": args.lm_head}, device)
     model = step.build().model
     params = [q for q in model.parameters() if q.requires_grad]
     optimizer = step.optimizer(params)

@@ -210,6 +210,7 @@ def test_a_command_that_is_not_found_is_one_error_before_any_point_runs(tmp_path
     (("    cwd:", "    series_regex: {losses: 'x ([0-9]+)'}\n    cwd:"), "series_regex: a mapping of series names"),
     (("    cwd:", "    series_regex: {switch: 'x ([0-9]+)'}\n    cwd:"), "series_regex: a mapping of series names"),
     (('"{mbs}"', '"{dataset}"'), r"argv\[3\]: placeholders naming a knob"),  # no params.dataset to name
+    (("steps:", "devices: {nproc: 2}\nsteps:"), "devices: nproc and nnodes 1 for a command"),  # it launches its ranks
 ])
 def test_a_bad_command_is_an_error_naming_its_key(tmp_path, change, expected):
     text = command_suite(tmp_path).read_text().replace(*change)
@@ -420,3 +421,110 @@ def test_a_cost_section_over_two_runs_says_which_run_each_process_was():
     assert "7.0 to 7.0 s in run before; 3.0 to 3.0 s in run after" in text.text
     (_, text, table) = cost_blocks(pd.DataFrame({"point_id": ["p1"], "name": ["bs4"]}), records.iloc[:1])
     assert "run" not in table.frame and "added, a process: 7.0 to 7.0 s." in text.text
+
+
+def _ended(tmp_path, code: str, params=None):
+    """A command (``python -c code``) run to its end, waited on for 3 steps: the point's failure."""
+    import types
+
+    import torch
+
+    from benchbay.launch.worker import _failure
+    from benchbay.workloads.command import Command
+
+    command = Command({**Command.params, "argv": ["{python}", "-c", code], **(params or {})}, {},
+                      types.SimpleNamespace(type="cpu"))
+    with command.running():
+        command.start()
+        command.proc.wait()
+        with pytest.raises(BaseException) as raised:
+            command.wait_for(3)
+    return _failure(raised.value, 0, torch.device("cpu"))
+
+
+@pytest.mark.parametrize(("code", "status", "said"), [
+    # a log line with the words, then another failure: an error
+    ("import sys; print('config: retry_on=out of memory'); sys.exit('KeyError: dataset.root missing')",
+     Status.ERROR, "KeyError: dataset.root missing"),
+    # an early clean exit whose log has the words: not an OOM either
+    ("print('memory check: 0 out of memory events')", Status.ERROR, "ended (exit code 0) after 0 steps"),
+    # an OOM, then more than the tail's 2000 characters of shutdown: found, its own line quoted
+    ("import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', flush=True); "
+     "[print(f'[rank0] cleanup: closing loader worker {{i}} and flushing logs ....') for i in range(60)]; sys.exit(1)",
+     Status.OOM, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+    # a real-time signal has no name
+    ("import os; os.kill(os.getpid(), 40)", Status.ERROR, "signal 40"),
+])
+def test_a_commands_end_is_an_oom_only_when_it_failed_with_an_oom_error(tmp_path, code, status, said):
+    failure = _ended(tmp_path, code)
+    assert failure["status"] == status and said in failure["reason"], failure["reason"]
+
+
+def test_the_probe_joins_the_suites_own_pythonpath_and_counts_one_process_of_rank_0(tmp_path, monkeypatch):
+    """A suite's PYTHONPATH is kept after the probe's; two processes that each think they are rank 0
+    (torch.multiprocessing.spawn's, no RANK) count once: the first to write a step."""
+    import types
+
+    from benchbay.workloads.command import PROBE_DIR, Command
+
+    code = "import os; print('PYTHONPATH=' + os.environ['PYTHONPATH'], flush=True)"
+    command = Command({**Command.params, "argv": ["{python}", "-c", code], "env": {"PYTHONPATH": "/my/lib"}}, {},
+                      types.SimpleNamespace(type="cpu"))
+    with command.running():
+        command.start()
+        command.proc.wait()
+        assert f"PYTHONPATH={PROBE_DIR}:/my/lib" in command.output()
+        lines = [{"step": i, "dt": 0.1, "pid": pid} for i, pid in ((0, 11), (0, 22), (1, 22), (1, 11), (2, 11))]
+        Path(f"{command.out}.0").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        assert [(s["step"], s["pid"]) for s in command.steps_seen()] == [(0, 11), (1, 11), (2, 11)]
+
+
+def test_literal_braces_placeholders_of_knobs_a_command_has_and_numbers_a_regex_cannot_read(tmp_path):
+    """{{ and }} are braces; {precision}, a knob no command point has, is refused; a loss the script
+    prints in its own format ("0.5,") is passed over, not the point's error."""
+    import types
+
+    from benchbay.workloads.command import Command, check
+
+    errors = []
+    check({"argv": ["sh", "-c", "echo ${{HOME}} {{\"lr\": 1}} {mbs}", "--p={precision}"]},
+          lambda key, expected: errors.append((key, expected)))
+    assert [key for key, _ in errors] == ["workload.params.argv[3]"] and "got {precision}" in errors[0][1]
+    command = Command({**Command.params, "argv": ["x", "${{HOME}} {{\"lr\": 1}} {mbs}"],
+                       "loss_regex": r"'loss': (\S+)"}, {"mbs": 4}, types.SimpleNamespace(type="cpu"))
+    assert command.fill(command.params["argv"][1]) == '${HOME} {"lr": 1} 4'
+    from benchbay.workloads.command import _numbers
+
+    assert _numbers(r"'loss': (\S+)", "{'loss': 0.5, 'lr': 1}\n'loss': 0.25\n") == [0.25]
+
+
+def test_a_stopped_commands_group_goes_with_it_and_its_scratch_is_removed(tmp_path):
+    """A helper the script started, which ignores SIGINT and writes into the scratch folder, is
+    killed with the group once the script is gone; removing the scratch never fails the point."""
+    import types
+
+    from benchbay.workloads.command import Command
+
+    helper = ("import os, signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+              "[open(os.path.join('{scratch}', f'f{{i}}'), 'w').close() or time.sleep(0.01) for i in range(100000)]")
+    code = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {helper!r}]); time.sleep(60)"
+    command = Command({**Command.params, "argv": ["{python}", "-c", code]}, {}, types.SimpleNamespace(type="cpu"))
+    with command.running():
+        command.start()
+        folder = Path(command.scratch.name)
+        deadline = psutil.time.time() + 30
+        while not any(folder.glob("f*")) and psutil.time.time() < deadline:
+            psutil.time.sleep(0.05)
+        group = [p for p in psutil.process_iter() if _pgid(p.pid) == command.proc.pid]
+        assert len(group) == 2
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in group)
+    assert not folder.exists()
+
+
+def _pgid(pid: int) -> int | None:
+    import os
+
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None

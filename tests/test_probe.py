@@ -3,6 +3,7 @@ allocator's nested stats) drives the hook as a GPU run would, step by step."""
 
 import importlib.util
 import json
+import os
 import types
 
 from benchbay.workloads.command import PROBE_DIR
@@ -34,8 +35,8 @@ class _FakeCuda:
     Event = _Event
 
     @staticmethod
-    def is_available():
-        return True
+    def is_available():  # cudaGetDeviceCount: it would start the driver in every process of the command
+        raise AssertionError("the probe asked CUDA before the script's first step")
 
     @staticmethod
     def is_initialized():
@@ -58,10 +59,17 @@ def _probe_module(tmp_path):
     return module
 
 
-def test_on_a_gpu_the_probe_writes_a_step_once_its_event_completed_with_the_allocators_peaks(tmp_path):
+#: torch as the probe sees it: CUDA up, no process group
+TORCH = types.SimpleNamespace(cuda=_FakeCuda, distributed=types.SimpleNamespace(is_available=lambda: False))
+
+
+def test_on_a_gpu_the_probe_writes_a_step_once_its_event_completed_with_the_allocators_peaks(tmp_path, monkeypatch):
     module = _probe_module(tmp_path)
     _Event.done.clear()
-    probe = module._Probe(types.SimpleNamespace(cuda=_FakeCuda))
+    clock = iter(range(100, 200))
+    monkeypatch.setattr(module.time, "time", lambda: next(clock))
+    probe = module._Probe(TORCH)
+    assert not (tmp_path / "probe.0").exists()  # nothing until the first step
     optimizer = object()
     for step in range(3):  # each step's end 0.5 s after the last; none completed yet
         _FakeCuda.clock = 0.5 * (step + 1)
@@ -73,7 +81,19 @@ def test_on_a_gpu_the_probe_writes_a_step_once_its_event_completed_with_the_allo
     lines = [json.loads(line) for line in (tmp_path / "probe.0").read_text().splitlines()]
     assert [line["step"] for line in lines] == [0, 1]
     assert lines[0]["dt"] is None and lines[1]["dt"] == 0.5
+    assert [line["t"] for line in lines] == [100, 101]  # the clock as each step's hook ran, not as its line was
+    assert lines[0]["pid"] == os.getpid()
     assert lines[1]["peak_allocated"] == 2_000_000_000 and lines[1]["peak_reserved"] == 4_000_000_000
     assert 0 < lines[0]["probe_s"] <= lines[1]["probe_s"]
     probe.hook(object(), (), {})  # another optimizer's step is not the training's
     assert len(probe.marks) == 4
+
+
+def test_an_error_of_the_probes_own_turns_it_off_and_never_fails_the_scripts_step(tmp_path, capsys):
+    module = _probe_module(tmp_path)
+    broken = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: 1 / 0), distributed=None)
+    probe = module._Probe(broken)
+    probe.hook(object(), (), {})  # raises inside: the step goes on
+    probe.hook(object(), (), {})
+    assert probe.off and "benchbay probe: off after an error of its own" in capsys.readouterr().err
+    probe.flush(wait=True)  # at exit too

@@ -4,7 +4,6 @@ classify how it ended: the worker's own result when it wrote one, else crash or 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -21,6 +20,7 @@ from typing import Any
 import psutil
 
 from benchbay.launch.base import Launch, Outcome, PointSpec, WorkerResult
+from benchbay.parent_death import die_with_parent
 from benchbay.record import (
     HOST_RSS_GIB,
     PEAK_MEM_ALLOCATED_GIB,
@@ -126,15 +126,6 @@ def tree_state(pid: int) -> str:
             parts.append(f"{p.name()} {p.pid}: {p.status()}, {cpu.user + cpu.system:.1f} s CPU, "
                          f"{p.num_threads()} threads")
     return "processes: " + ", ".join(parts) if parts else ""
-
-
-def die_with_parent() -> None:
-    """In a child process: SIGKILL it when its parent dies, so that a SIGKILLed runner leaves no
-    point running (Linux only; ranks under torchrun call it too, torchrun being their parent)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 #: set in a point's environment, so that its processes are known wherever they went

@@ -36,7 +36,8 @@ from benchbay.collect.timing import StepTimer, summarize
 from benchbay.knobs.rules import Refused
 from benchbay.launch.base import PointSpec, WorkerResult, rank_env
 from benchbay.launch.harness import StepHarness, harness_for
-from benchbay.launch.process import PHASE_MARK, die_with_parent
+from benchbay.launch.process import PHASE_MARK
+from benchbay.parent_death import die_with_parent
 from benchbay.record import (
     BUILD_S,
     DATA_WAIT_S,
@@ -55,7 +56,7 @@ from benchbay.record import (
 )
 from benchbay.suite.model import MIN_BUDGETED_STEPS, Steps
 from benchbay.workloads import registry
-from benchbay.workloads.command import Command
+from benchbay.workloads.command import Command, CommandFailed
 
 #: cuBLAS reports a handle it had no memory for as an allocation failure, not an OutOfMemoryError (H200,
 #: Wall-X mbs 64: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`)
@@ -351,7 +352,9 @@ def _failure(exc: BaseException, step_index: int, device: torch.device, after_st
         message = f"after the measured steps: {message}"
     tail = "".join(traceback.format_exception(exc))[-4000:]
     # Python's own MemoryError (host memory) too, which says nothing more than its name
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(m in str(exc).lower() for m in OOM_MARKERS):
+    # a command's failure carries its output, whose words are not an error's: the command said if it was an OOM
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or (
+            not isinstance(exc, CommandFailed) and any(m in str(exc).lower() for m in OOM_MARKERS)):
         where = "while building" if step_index < 0 else f"at step {step_index}"
         first = (str(exc) or type(exc).__name__).splitlines()[0]
         return {"status": Status.OOM, "reason": f"out of memory {where}: {first[:300]}",

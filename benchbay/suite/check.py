@@ -95,6 +95,9 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
             v.error("steps.max_measure_s", "no budget with profile (profiled steps follow a fixed step count)")
         if devices.nproc * devices.nnodes > 1:  # each rank would stop on its own clock, mid-collective
             v.error("steps.max_measure_s", "one process (nproc and nnodes 1): ranks would stop at different steps")
+    if cls is not None and cls.name == "command" and devices.nproc * devices.nnodes > 1:
+        # each rank's worker would start the whole command once more
+        v.error("devices", "nproc and nnodes 1 for a command: it launches its own ranks (torchrun in its argv)")
     equivalent = v.list_of(raw, "equivalent", list)
     for i, group in enumerate(equivalent):  # loss curves that should match
         for j, label in enumerate(group):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from benchbay.knobs import Choice
+from benchbay.parent_death import die_with_parent
 from benchbay.record import (
     DATA_WAITS_S,
     FIGURES,
@@ -38,10 +39,14 @@ from benchbay.record import (
 from benchbay.workloads.base import Workload
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
-#: a placeholder is a plain name: ``str.format``'s attribute and index access would run on a suite's text
-PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-#: what a command's output says when it ran out of memory (torch's and CUDA's words)
-OOM_WORDS = ("out of memory", "outofmemoryerror", "cublas_status_alloc_failed")
+#: a placeholder is a plain name: ``str.format``'s attribute and index access would run on a suite's text;
+#: ``{{`` and ``}}`` are literal braces (a shell's ``${VAR}``, a JSON argument)
+PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: a line of a command's output that says it ran out of memory: an error's, not any line with the words
+OOM_LINE = re.compile(r"^.*(OutOfMemoryError|CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
+                      r"(RuntimeError|Error): .*out of memory).*$", re.MULTILINE)
+#: how much of the output's end is searched for that line (a shutdown may print a lot after it)
+OOM_SEARCH_CHARS = 65536
 #: seconds between a stop's signals: SIGINT (a script's own clean exit), SIGTERM, then SIGKILL
 STOP_GRACE_S = (10.0, 5.0)
 POLL_S = 0.005
@@ -93,7 +98,10 @@ class Command(Workload):
         self.knob_values = {**{k: v[0] for k, v in (self.params["knobs"] or {}).items()}, **self.knob_values}
         self.proc: subprocess.Popen | None = None
         self.scratch: tempfile.TemporaryDirectory | None = None
-        self._read: dict[Path, tuple[int, list[str]]] = {}  # per file: bytes read, its lines
+        self._log_lines: _Lines | None = None  # the output's
+        self._probe_lines: _Lines | None = None  # rank 0's probe's
+        self._probe_steps: list[dict[str, Any]] = []  # its lines of one process (the first to write a step)
+        self._matched = [0, 0]  # the output's lines searched by step_regex, and its matches among them
         self.dataset_root: Path | None = None
         self.started = 0.0
         self.out: Path | None = None
@@ -118,7 +126,7 @@ class Command(Workload):
 
     def fill(self, text: str) -> str:
         values = self.values()
-        return PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+        return PLACEHOLDER.sub(lambda m: values[m.group(1)] if m.group(1) else m.group(0)[0], text)
 
     def samples_per_step(self) -> int:
         given = self.params["samples_per_step"]
@@ -135,7 +143,7 @@ class Command(Workload):
         finally:
             self.stop()
             if self.scratch is not None:
-                self.scratch.cleanup()
+                self.scratch.cleanup()  # ignoring what a stopped command's group left half-removed
 
     def start(self) -> None:
         """Start the command in a process group of its own, the probe first on its PYTHONPATH (once:
@@ -147,12 +155,13 @@ class Command(Workload):
 
             self.dataset_root = cached_dataset(dataset_spec(self.params["dataset"]))
         self.scratch = tempfile.TemporaryDirectory(prefix="benchbay-command-",  # removed once it is stopped
-                                                   dir=os.environ.get(POINT_DIR_ENV))
+                                                   dir=os.environ.get(POINT_DIR_ENV), ignore_cleanup_errors=True)
         self.out, self.log = Path(self.scratch.name) / "probe", Path(self.scratch.name) / "command.log"
+        self._log_lines, self._probe_lines = _Lines(self.log), _Lines(Path(f"{self.out}.0"))
         env = {**os.environ, **{k: self.fill(str(v)) for k, v in (self.params["env"] or {}).items()}}
         if self.knob_values["probe"] == "on" or self.profile is not None:  # a profile is the probe's
             env.update(BENCHBAY_PROBE_OUT=str(self.out),
-                       PYTHONPATH=os.pathsep.join(filter(None, [str(PROBE_DIR), os.environ.get("PYTHONPATH")])))
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(PROBE_DIR), env.get("PYTHONPATH")])))
         if self.profile is not None:
             folder, after, steps = self.profile
             env.update(BENCHBAY_PROBE_PROFILE=str(folder), BENCHBAY_PROBE_PROFILE_AFTER=str(after),
@@ -162,8 +171,10 @@ class Command(Workload):
         self.started = time.time()
         with open(self.log, "wb") as log:
             try:
+                # it dies with the point's process, killed or not (that dies with the runner)
                 self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             preexec_fn=die_with_parent)
             except OSError as exc:  # not found, not executable: the point's error says which
                 raise CommandFailed(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
 
@@ -180,15 +191,18 @@ class Command(Workload):
             time.sleep(POLL_S)
 
     def _ended(self, steps: int) -> BaseException:
-        """Why the command ended before ``steps`` steps: out of memory, or an error with its output."""
-        tail = self.output()[-TAIL_CHARS:]
-        if any(word in tail.lower() for word in OOM_WORDS):
+        """Why the command ended before ``steps`` steps: out of memory (a failure whose output says
+        so), or an error with its output."""
+        output = self.output()
+        tail = output[-TAIL_CHARS:]
+        rc = self.proc.returncode
+        said = list(OOM_LINE.finditer(output, max(0, len(output) - OOM_SEARCH_CHARS)))
+        if rc != 0 and said:  # a script that exits 0 did not fail, whatever its log says
             import torch
 
-            return torch.OutOfMemoryError(f"the command ran out of memory: {_last_line(tail)}")
+            return torch.OutOfMemoryError(f"the command ran out of memory: {said[-1].group(0).strip()[:300]}")
         seen = len(self.steps_seen())
-        how = f"exit code {self.proc.returncode}" if self.proc.returncode >= 0 else \
-            f"signal {signal.Signals(-self.proc.returncode).name}"
+        how = f"exit code {rc}" if rc >= 0 else f"signal {_signal_name(-rc)}"
         if self.proc.returncode == 0:
             return CommandFailed(f"the command ended ({how}) after {seen} steps, before the {steps} the suite's "
                                  f"warm-up and measured steps need{self._no_steps_hint(seen)}\n{tail}")
@@ -201,44 +215,50 @@ class Command(Workload):
                 "to find steps in its output")
 
     def steps_seen(self) -> list[dict[str, Any]]:
-        """The steps so far: the probe's lines of rank 0, or else the output's lines matching step_regex."""
+        """The steps so far: the probe's lines of rank 0, or else the output's lines matching step_regex
+        (each poll reads and searches only what was added since the last)."""
         probed = self._probed()
-        if probed or not self.params["step_regex"]:
+        if probed or not self.params["step_regex"] or self._log_lines is None:
             return probed
-        rx = re.compile(self.params["step_regex"])
-        return [{"step": i} for i, _ in enumerate(line for line in self._lines(self.log) if rx.search(line))]
+        lines, rx = self._log_lines.read(), re.compile(self.params["step_regex"])
+        self._matched = [len(lines), self._matched[1] + sum(1 for line in lines[self._matched[0]:] if rx.search(line))]
+        return [{"step": i} for i in range(self._matched[1])]
 
     def _probed(self) -> list[dict[str, Any]]:
-        """The probe's steps of rank 0 (its file is there, empty, once the script imported torch.optim)."""
-        return [json.loads(line) for line in self._lines(Path(f"{self.out}.0")) if line.endswith("}")] \
-            if self.out is not None else []
-
-    def _lines(self, path: Path | None) -> list[str]:
-        """A growing file's whole lines so far, reading only what was added since the last call."""
-        if path is None or not path.exists():
+        """The probe's steps of rank 0, from one process: the first to write a step (a script that
+        starts several without a rank, torch.multiprocessing.spawn's, has each write as rank 0)."""
+        if self._probe_lines is None:
             return []
-        offset, lines = self._read.get(path, (0, []))
-        with open(path, "rb") as f:
-            f.seek(offset)
-            added = f.read()
-        whole = added[: added.rfind(b"\n") + 1]
-        lines = lines + whole.decode(errors="replace").splitlines()
-        self._read[path] = (offset + len(whole), lines)
-        return lines
+        lines, done = self._probe_lines.read(), self._probe_lines.consumed
+        for line in lines[done:]:
+            if line.endswith("}"):
+                step = json.loads(line)
+                if step.get("pid") == (self._probe_steps[0].get("pid") if self._probe_steps else step.get("pid")):
+                    self._probe_steps.append(step)
+        self._probe_lines.consumed = len(lines)
+        return self._probe_steps
 
     def output(self) -> str:
-        return "\n".join(self._lines(self.log))
+        return "\n".join(self._log_lines.read()) if self._log_lines is not None else ""
 
     def stop(self) -> None:
-        """SIGINT, then SIGTERM, then SIGKILL to the command's process group, each after a grace."""
-        if self.proc is None or self.proc.poll() is not None:
+        """SIGINT, then SIGTERM, then SIGKILL to the command's process group, each after a grace;
+        then SIGKILL to what is left of the group once its leader is gone (a helper it started)."""
+        if self.proc is None:
             return
         for sig, grace in ((signal.SIGINT, STOP_GRACE_S[0]), (signal.SIGTERM, STOP_GRACE_S[1]), (signal.SIGKILL, 5.0)):
+            if self.proc.poll() is not None:
+                break
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=grace)
-                return
+        deadline = time.monotonic() + STOP_GRACE_S[1]
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            while time.monotonic() < deadline:  # gone, so that its scratch folder can go
+                os.killpg(self.proc.pid, 0)
+                time.sleep(POLL_S)
 
     # ---- its figures ---------------------------------------------------------------------------
     def own_figures(self, steps: int) -> dict[str, Any]:
@@ -262,7 +282,7 @@ class Command(Workload):
         if self.params["series_regex"]:
             figures["series"] = {name: self._per_step(rx, steps) for name, rx in self.params["series_regex"].items()}
         if self.params["throughput_regex"]:
-            rates = [float(m.group(1)) for m in re.finditer(self.params["throughput_regex"], self.output())]
+            rates = _numbers(self.params["throughput_regex"], self.output())
             if rates:
                 metrics["command_samples_per_s"] = rates[-1]
         if metrics:
@@ -275,10 +295,10 @@ class Command(Workload):
         step (waited for, briefly)."""
         deadline = time.monotonic() + LOSS_GRACE_S
         while True:
-            values = [float(m.group(1)) for m in re.finditer(regex, self.output())][:steps]
+            values = _numbers(regex, self.output())[:steps]
             if len(values) >= steps or self.proc.poll() is not None or time.monotonic() > deadline:
                 return values
-            time.sleep(POLL_S)
+            time.sleep(POLL_S * 10)  # the whole output searched again: not as often as the steps are polled
 
     def extra_metrics(self) -> dict[str, Any]:
         return {"command": [self.fill(a) for a in self.params["argv"]],
@@ -291,6 +311,43 @@ def dataset_spec(given: dict[str, Any]):
 
     fields = dict(given)
     return PRESETS[fields.pop("preset")].replace(**fields)
+
+
+class _Lines:
+    """A growing file's whole lines so far, read from where the last read ended; a line ends at a
+    newline or a carriage return (a progress bar's, which would otherwise be read again at each poll
+    until its line ends). ``consumed``: how many of them a reader has taken."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.lines, self.consumed = path, 0, [], 0
+
+    def read(self) -> list[str]:
+        if self.path.exists():
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                added = f.read()
+            end = max(added.rfind(b"\n"), added.rfind(b"\r")) + 1
+            self.lines.extend(added[:end].decode(errors="replace").splitlines())
+            self.offset += end
+        return self.lines
+
+
+def _numbers(regex: str, text: str) -> list[float]:
+    """The numbers that ``regex``'s first group finds in ``text``; a match that is no number (a
+    script's own format, "0.5,") is passed over rather than fail the point after its steps."""
+    out = []
+    for m in re.finditer(regex, text):
+        with contextlib.suppress(TypeError, ValueError):
+            out.append(float(m.group(1)))
+    return out
+
+
+def _signal_name(number: int) -> str:
+    """SIGKILL for 9; a real-time signal (no name in ``signal.Signals``) by its number."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _last_line(text: str) -> str:
@@ -329,14 +386,17 @@ def check(params: dict[str, Any], error) -> None:
                                                    "nor the probe's")
         elif not (isinstance(values, list) and values and all(isinstance(v, (str, int, float, bool)) for v in values)):
             error(f"workload.params.knobs.{name}", f"a non-empty list of values, got {values!r}")
-    known = {*reserved, *knobs} - ({"dataset"} if params.get("dataset") is None else set())
+    # what a point fills: a command's generic knobs (mbs, seed), its own, the probe's and the special names
+    known = {*Command.generic_knobs, *SPECIAL, *Command.knobs, *knobs} - (
+        {"dataset"} if params.get("dataset") is None else set())
     for where, text in [*((f"argv[{i}]", a) for i, a in enumerate(argv)),
                         *((f"env.{k}", str(v)) for k, v in env.items()),
                         *([("samples_per_step", str(params["samples_per_step"]))]
                           if params.get("samples_per_step") is not None else [])]:
-        for name in re.findall(r"\{([^{}]*)\}", text):
-            if name not in known or not PLACEHOLDER.fullmatch("{" + name + "}"):
-                error(f"workload.params.{where}", f"placeholders naming a knob ({sorted(known)}), got {{{name}}}")
+        for name in re.findall(r"\{([^{}]*)\}", re.sub(r"\{\{|\}\}", "", text)):
+            if name not in known:
+                error(f"workload.params.{where}", f"placeholders naming a knob ({sorted(known)}), got {{{name}}} "
+                                                  "({{ and }} for a literal brace)")
     series = params.get("series_regex", {})
     taken = {*reserved, *knobs, *FIGURES} - {DATA_WAITS_S}  # a column of its own in the tables
     if not (isinstance(series, dict) and all(isinstance(k, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", k)

@@ -2,11 +2,15 @@
 imports it at start-up in every process of the command (torchrun's ranks and DataLoader workers
 included). Where ``BENCHBAY_PROBE_OUT`` is set, it waits for ``torch.optim.optimizer`` to be
 imported by the script (so a process that never trains never imports torch for it), then registers
-torch's global optimizer-step post hook and appends one JSON line per step to
-``$BENCHBAY_PROBE_OUT.<rank>``: the step's duration from the previous step's end (CUDA events on a
-GPU, read once completed, so the probe never synchronises; the host clock on a CPU), peak allocated
-and reserved device memory so far, and the host seconds spent in the probe's hook so far (its cost
-a step on the host, hidden wherever the device is behind the host). Where
+torch's global optimizer-step post hook and, from the first step on, appends one JSON line per step
+to ``$BENCHBAY_PROBE_OUT.<rank>`` (the rank torch.distributed gives, else ``RANK``, else 0; each line
+names its process, for scripts that start several without a rank): the step's duration from the
+previous step's end (CUDA events on a GPU, read once completed, so the probe never synchronises; the
+host clock on a CPU), the wall clock at the step's end, peak allocated and reserved device memory so
+far, and the host seconds spent in the probe's hook so far (its cost a step on the host, hidden
+wherever the device is behind the host). It never asks CUDA anything before the script's first step
+has (``torch.cuda.is_available()`` would initialise the driver in every process, DataLoader workers
+included), and an error of its own turns it off rather than fail the script's step. Where
 ``BENCHBAY_PROBE_PROFILE`` names a folder (``benchbay profile``), torch.profiler runs over the steps
 after the first ``BENCHBAY_PROBE_PROFILE_AFTER``: one step its warm-up, then
 ``BENCHBAY_PROBE_PROFILE_STEPS`` recorded, the trace written to ``trace.json`` there (``rank<N>/``
@@ -33,29 +37,45 @@ HOOKED = "torch.optim.optimizer"
 class _Probe:
     def __init__(self, torch):
         self.torch = torch
-        self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        rank = os.environ.get("RANK", "0")
-        self.file = open(f"{OUT}.{rank}", "a", buffering=1)  # noqa: SIM115 - open for the process's life
+        self.cuda = False  # decided at the first step: CUDA events once the script's CUDA is up
+        self.rank = "0"
+        self.file = None
         self.optimizer = None  # the first optimizer that steps: its steps are the training's
         self.marks = []  # per step: a CUDA event, or the host clock
+        self.ended = []  # per step: the wall clock as its hook ran (the host's view of its end)
         self.written = 0
+        self.off = False
         self.profiler = None
         self.spent = 0.0  # host seconds inside the hook, over the steps whose hook has returned
 
     def hook(self, optimizer, args, kwargs):
+        if self.off:
+            return
         entered = time.perf_counter()
         try:
             self._hook(optimizer)
+        except Exception as exc:  # noqa: BLE001 - the script's step must not fail for the probe
+            self.off = True
+            print(f"benchbay probe: off after an error of its own: {exc!r}", file=sys.stderr, flush=True)
         finally:
             self.spent += time.perf_counter() - entered
 
+    def _first(self, optimizer):
+        """At the first step: the optimizer whose steps count, the clock, the rank and its file."""
+        torch = self.torch
+        self.optimizer = id(optimizer)
+        self.cuda = torch.cuda.is_initialized()
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        self.rank = str(torch.distributed.get_rank()) if distributed else os.environ.get("RANK", "0")
+        self.file = open(f"{OUT}.{self.rank}", "a", buffering=1)  # noqa: SIM115 - open for the process's life
+
     def _hook(self, optimizer):
         if self.optimizer is None:
-            self.optimizer = id(optimizer)
+            self._first(optimizer)
         if id(optimizer) != self.optimizer:
             return
         torch = self.torch
-        self.cuda = self.cuda or torch.cuda.is_initialized()
+        self.ended.append(time.time())
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
@@ -81,7 +101,7 @@ class _Probe:
             if ended == after + 1 + steps:
                 self.profiler.__exit__(None, None, None)
                 folder = PROFILE if os.environ.get("WORLD_SIZE", "1") == "1" else \
-                    os.path.join(PROFILE, "rank" + os.environ.get("RANK", "0"))
+                    os.path.join(PROFILE, "rank" + self.rank)
                 os.makedirs(folder, exist_ok=True)
                 trace = os.path.join(folder, "trace.json")
                 self.profiler.export_chrome_trace(trace + ".tmp")
@@ -90,6 +110,8 @@ class _Probe:
 
     def flush(self, wait):
         """Write every step whose end and the previous one's are known (all of them when ``wait``)."""
+        if self.off:
+            return
         torch = self.torch
         while self.written < len(self.marks):
             i = self.written
@@ -109,7 +131,8 @@ class _Probe:
                 dt, mem = (mark - self.marks[i - 1] if i else None), {}
             # this process's peak RSS since it started (the OS keeps no window): a CPU run's peak memory
             mem["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-            self.file.write(json.dumps({"step": i, "dt": dt, "t": time.time(), "probe_s": self.spent, **mem}) + "\n")
+            self.file.write(json.dumps({"step": i, "dt": dt, "t": self.ended[i], "pid": os.getpid(),
+                                        "probe_s": self.spent, **mem}) + "\n")
             self.written += 1
 
 

@@ -171,8 +171,10 @@ def test_the_winner_is_emitted_as_a_suite_that_loads_and_a_report_shows_the_tune
     from benchbay.report import build_report
     from benchbay.suite.model import SuiteMeta
 
-    summary = tuner(tmp_path, trials=5).run_study()
-    path = emit_suite(summary.run, tmp_path / "tuned.yaml")
+    tune = tuner(tmp_path, trials=5)
+    summary = tune.run_study()
+    # `benchbay tune --emit-suite` passes the suite of the user's file: its module:Class may be checked
+    path = emit_suite(summary.run, tmp_path / "tuned.yaml", tune.suite.raw)
     suite = load(path)
     (point,) = suite.expand()
     assert point.label == "tuned"
@@ -282,3 +284,169 @@ def test_the_readmes_tune_figures_are_those_of_the_committed_wallx_tune():
             f"trial {best['trial']} of {len(result['trials'])} at {spent:.0f} device-seconds)")
     assert said in " ".join((ROOT / "README.md").read_text().split())
     assert best["confirmed"] and not best["ties"]
+
+
+# ---- defects found in review: each planted as it was reproduced --------------------------------
+def _record(t: Tuner, params, status=Status.OK, metrics=None, extra=None, repeat=0):
+    """A record of a trial as the runner would append it, without running it."""
+    from benchbay.record import Record
+
+    point = t.point(params, 0)
+    return Record(suite="landscape", run_id=t.run.name, point_id=point.point_id, repeat=repeat,
+                  workload=point.workload, knobs=point.knobs, status=status, metrics=metrics or {},
+                  extra=extra or {}, duration_s=10.0, env={"machine_key": t.runner.env["machine_key"]})
+
+
+def _told(t: Tuner, params, **record) -> None:
+    t.trials.append(t._trial(len(t.trials), params, _record(t, params, **record)))
+
+
+def small(more: str = "", confirm: str = "{top: 2, repeats: 1}") -> str:
+    """A landscape over the batch and two speeds, without constraints unless ``more`` gives them."""
+    return (LANDSCAPE.split("tune:")[0] + "tune:\n  space: {mbs: {min: 2, max: 16, step: 2}, speed: [slow, fast]}\n"
+            f"  trials: 5\n  confirm: {confirm}\n{more}")
+
+
+def _planted_run(root, workload, best_knobs, name="s"):
+    """A run folder as a pull request could plant it: a manifest naming the workload, a winner."""
+    run = root / name / "20260101-000000-abcd"
+    store.write_manifest(run, {"suite": name, "suite_as_run": {"name": name, "workload": workload,
+                                                               "steps": {"warmup": 1, "measure": 2}}})
+    (run / "records.jsonl").write_text("")
+    (run / "tune.json").write_text(json.dumps({
+        "trials": [], "confirmed": [], "pareto": [], "refused": [], "importances": {}, "memory_estimate": {},
+        "objective": {"metric": "samples_per_s_per_gpu"}, "device_seconds": 1,
+        "best": {"trial": 0, "knobs": best_knobs}}))
+    return run
+
+
+def test_report_emit_suite_never_imports_a_workload_a_stored_run_names(tmp_path, monkeypatch, capsys):
+    marker = tmp_path / "PWNED"
+    (tmp_path / "planted.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+                                         "class X: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable, as the run's own folder is from the repo root
+    run = _planted_run(tmp_path / "results", {"name": "planted:X"}, {})
+    out = tmp_path / "out.yaml"
+    assert main(["report", str(run), "--emit-suite", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'planted:X', not a registered one" in err
+    assert not marker.exists() and not out.exists()
+
+
+def test_an_emitted_suite_is_checked_before_it_is_written(tmp_path):
+    out = tmp_path / "out.yaml"
+    bad = _planted_run(tmp_path / "results", "wallx", {"mbs": 44, "precision": "fp3"}, name="bad")
+    with pytest.raises(ValueError, match="does not check, nothing written: .*knobs.precision"):
+        emit_suite(bad, out)
+    assert list(tmp_path.glob("*.yaml")) == [] and not list(tmp_path.glob(".out.yaml*"))
+    good = _planted_run(tmp_path / "results", "wallx", {"mbs": 44, "precision": "bf16_mixed"}, name="wx-tune")
+    assert emit_suite(good, out) == out
+    (point,) = load(out).expand()
+    assert point.workload == "wallx" and point.knobs["mbs"] == 44 and load(out).name == "wx-tuned"
+
+
+def test_the_trials_take_the_params_of_this_cards_memory_class(tmp_path):
+    from tests.conftest import InProcessLauncher
+
+    class Card80(InProcessLauncher):  # an 80 GB CUDA card, as LocalLauncher reads it on a GPU host
+        def device(self, requested):
+            return "cuda"
+
+        def memory_gb(self, device):
+            return 85.9
+
+    text = ('name: landscape\nworkload: {name: "tests.fixtures.landscape:Landscape", '
+            "params: {width: {cpu: 8, cuda: {24: 8, 80: 64}}}}\ndevices: {type: cuda}\n"
+            "tune:\n  space: {speed: [slow, fast]}\n  trials: 2\n")
+    t = Tuner(load(write_suite(tmp_path / "suite.yaml", text)), tmp_path / "results", launcher=Card80())
+    assert t.point({"speed": "fast"}, 0).params == {"width": 64}
+
+
+def test_a_trial_its_confirmation_found_infeasible_is_never_named_best(tmp_path):
+    from benchbay.tune.study import TuneSummary
+
+    t = tuner(tmp_path, small())
+    fastest, next_best = {"mbs": 12, "speed": "fast"}, {"mbs": 8, "speed": "fast"}
+    _told(t, fastest, metrics={"samples_per_s_per_gpu": 100.0})
+    _told(t, next_best, metrics={"samples_per_s_per_gpu": 90.0})
+    # the fastest one's confirmation ran out of memory; the budget had no room to confirm the other
+    t.confirm_records.append(_record(t, fastest, status=Status.OOM, repeat=1, extra={TRIAL: 0, CONFIRMS: 0}))
+    best = t.result(TuneSummary(t.run, {}))["best"]
+    assert best["trial"] == 1 and best["knobs"] == next_best
+    assert best["runs"] == 1 and best["confirmed"] is False
+
+
+def test_early_stop_applies_only_to_an_objective_that_rewards_samples_per_second():
+    from benchbay.suite.tune import Objective, Tune
+
+    def stops(metric, direction):
+        return Tune(space={"mbs": (2,)}, objective=Objective(metric, direction), trials=1).stops_early()
+
+    assert stops("samples_per_s_per_gpu", "maximize") and stops("mfu", "maximize")
+    assert stops("cost_per_m_samples", "minimize")
+    assert not stops("samples_per_s_per_gpu", "minimize") and not stops("step_time_s", "minimize")
+
+
+def test_a_trial_with_the_better_step_time_is_not_stopped_for_its_fewer_samples_per_second(tmp_path, in_repo):
+    # step time, minimised: the smaller batch steps faster at fewer samples/s
+    text = small("  objective: step_time_s\n  start: [{mbs: 12, speed: fast}, {mbs: 2, speed: fast}]\n",
+                 confirm="false")
+    result = tuner(tmp_path, text, trials=2).run_study().result
+    assert not any(t["stopped_early"] for t in result["trials"])
+    assert result["best"]["knobs"] == {"mbs": 2, "speed": "fast"}
+
+
+def test_the_cards_memory_bounds_a_larger_max_peak(tmp_path):
+    t = tuner(tmp_path, small("  constraints: {max_peak_gib: 200}\n"))
+    for mbs, peak in ((8, 30.0), (16, 50.0)):  # 2.5 GiB a sample on an 80 GiB card
+        _told(t, {"mbs": mbs, "speed": "fast"}, metrics={"peak_mem_reserved_gib": peak, "device_mem_total_gib": 80.0,
+                                                         "samples_per_s_per_gpu": 1.0})
+    assert t.memory.capacity_gib == 80.0
+    assert "predicts 110.0 GiB, over the card's 80.0 GiB" in t._refusal({"mbs": 40, "speed": "fast"})
+
+
+def test_the_closest_trials_are_ranked_by_the_objectives_direction(tmp_path):
+    from benchbay.tune.study import TuneSummary
+
+    t = tuner(tmp_path, small("  objective: step_time_s\n  constraints: {faithful: true}\n"))
+    for mbs, step in ((2, 0.020), (4, 0.050), (6, 0.035)):
+        _told(t, {"mbs": mbs, "speed": "fast"}, metrics={"step_time_s": step}, extra={"fidelity": "lossy"})
+    _told(t, {"mbs": 8, "speed": "fast"}, status=Status.OOM)
+    closest = t.result(TuneSummary(t.run, {}))["no_feasible"]["closest"]
+    assert [c["trial"] for c in closest] == [0, 2, 1]  # the fastest step first; the oom, without a value, after
+
+
+MALFORMED = {  # a manifest's field of the wrong type: what --resume and --resume RUN_ID say of it
+    "env": ({"env": "planted"}, "no tune of suite 'landscape' on this machine", "the study ran on None"),
+    "suite_as_run": ({"suite_as_run": ["x"]}, None, "its manifest's suite_as_run is a list, not a mapping"),
+    "tune": ({"tune": "x"}, "no tune of suite 'landscape' on this machine", "not a tune of suite 'landscape'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_manifest_is_not_a_study_to_resume(tmp_path, in_repo, capsys, case):
+    from benchbay.collect.env import fingerprint
+
+    manifest, latest, named = MALFORMED[case]
+    suite = write_suite(tmp_path / "suite.yaml", small())
+    run = tmp_path / "results" / "landscape" / "20260101-000000-abcd"
+    # the study as this suite describes it, but for the one field
+    stored = {"suite": "landscape", "tune": load(suite).tune.as_json(),
+              "env": {"machine_key": fingerprint()["machine_key"]}, **manifest}
+    store.write_manifest(run, stored)
+    for resume, expected in ((["--resume"], latest or named), (["--resume", run.name], named)):
+        assert main(["tune", str(suite), *resume, "--results", str(tmp_path / "results")]) == 2, resume
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err, err
+    assert sorted(p.name for p in run.iterdir()) == ["manifest.json"]
+
+
+@pytest.mark.parametrize("bad", [{"budget": [1]}, {"best": {"knobs": {}, "ties": 3}},
+                                 {"memory_estimate": {"predictions": 5}}, {"no_feasible": {"closest": 5}}])
+def test_a_tune_json_with_a_part_of_the_wrong_type_is_skipped_naming_the_key(tmp_path, bad):
+    run = _planted_run(tmp_path, "wallx", {})
+    data = {**json.loads((run / "tune.json").read_text()), **bad}
+    (run / "tune.json").write_text(json.dumps(data))
+    key = next(iter(bad))
+    with pytest.warns(UserWarning, match=f"tune.json: skipping a tune result that is not one: {key}"):
+        assert read_result(run) is None

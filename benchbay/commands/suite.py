@@ -142,7 +142,8 @@ def cmd_tune(args) -> int:
     console.print(f"tune: {summary.run / 'tune.json'} ({len(result['trials'])} trials, "
                   f"{result['device_seconds']:.0f} device-s)")
     if args.emit_suite and best:
-        console.print(f"suite: {emit_suite(summary.run, args.emit_suite)}")
+        # the suite from the user's file: a module:Class workload of it may be imported to check it
+        console.print(f"suite: {emit_suite(summary.run, args.emit_suite, suite.raw)}")
     if not args.no_report and result["trials"]:
         console.print(f"report: {_tune_report(summary.run, args.report_dir)}")
     stopped = _stopped_code(summary)

@@ -18,8 +18,11 @@ from benchbay.record import ENERGY_J_PER_SAMPLE, FIGURES, MFU, SAMPLES_PER_S, SA
 OBJECTIVES: dict[str, Literal["maximize", "minimize"]] = {
     SAMPLES_PER_S_PER_GPU: "maximize", SAMPLES_PER_S: "maximize", MFU: "maximize",
     STEP_TIME_S: "minimize", ENERGY_J_PER_SAMPLE: "minimize", "cost_per_m_samples": "minimize"}
-#: objectives that are throughput in another unit: a trial's first steps can be stopped on them
-THROUGHPUT = (SAMPLES_PER_S_PER_GPU, SAMPLES_PER_S, MFU, STEP_TIME_S, "cost_per_m_samples")
+#: objectives that are throughput in another unit, each with the direction in which it rewards more
+#: samples/s: the early stop compares a trial's first steps' samples/s, so it applies only to these,
+#: optimised that way (step time is not one: a smaller batch steps faster at fewer samples/s)
+THROUGHPUT: dict[str, str] = {SAMPLES_PER_S_PER_GPU: "maximize", SAMPLES_PER_S: "maximize", MFU: "maximize",
+                              "cost_per_m_samples": "minimize"}
 MAX_TRIALS = 10_000
 MAX_DEVICE_SECONDS = 30 * 24 * 3600.0
 _KEYS = {"space", "objective", "constraints", "trials", "device_seconds", "confirm", "early_stop", "seed", "start"}
@@ -79,11 +82,17 @@ class Tune:
     device_seconds: float | None = None
     confirm: Confirm = Confirm()
     #: stop a trial after its first measured steps when they run below this share of the best
-    #: throughput so far (False: never)
+    #: samples/s so far (False: never); only where the objective rewards samples/s (``stops_early``)
     early_stop: float | None = 0.8
     seed: int = 0
     #: configurations tried first (a published recipe, the hand-walked best): each a mapping of space knobs
     start: list[dict[str, Any]] = field(default_factory=list)
+
+    def stops_early(self) -> bool:
+        """Whether the early stop applies: the objective is throughput (samples/s, samples/s per GPU or
+        MFU maximised, cost per 1M samples minimised); else a trial slower in samples/s may be the
+        better one, and every trial runs all its steps."""
+        return self.early_stop is not None and THROUGHPUT.get(self.objective.metric) == self.objective.direction
 
     def as_json(self) -> dict[str, Any]:
         return {"space": {k: v.__dict__ if isinstance(v, IntRange) else list(v) for k, v in self.space.items()},

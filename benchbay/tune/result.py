@@ -49,18 +49,40 @@ def _problem(data: Any) -> str | None:
         return "best: expected an object with knobs"
     if not math.isfinite(data["device_seconds"]):
         return "device_seconds: expected a finite number"
+    # the optional parts the report reads, where present: each of its type
+    for where, value, kind in (("budget", data.get("budget"), dict), ("no_feasible", data.get("no_feasible"), dict),
+                               ("best.ties", (best or {}).get("ties"), list),
+                               ("best.metrics", (best or {}).get("metrics"), dict),
+                               ("memory_estimate.predictions", data["memory_estimate"].get("predictions"), list),
+                               ("no_feasible.closest", _get(data.get("no_feasible"), "closest"), list)):
+        if value is not None and not isinstance(value, kind):
+            return f"{where}: expected {kind.__name__}"
     return None
 
 
-def emit_suite(run: Path, path: str | Path) -> Path:
+def _get(node: Any, key: str) -> Any:
+    return node.get(key) if isinstance(node, dict) else None
+
+
+def emit_suite(run: Path, path: str | Path, suite_raw: dict[str, Any] | None = None) -> Path:
     """The tune's winner as a suite of one point, ``tuned``: the tuned suite's workload, fixed knobs,
-    steps, timeout and devices, its knobs those the tune found (written, then checked by loading it)."""
-    from benchbay.suite import load
+    steps, timeout and devices, its knobs those the tune found; checked before it is written (a
+    failed check writes nothing), then written whole.
+
+    ``suite_raw``: the tuned suite as read from the user's own file (``benchbay tune``). Without it
+    the suite is the one the run's manifest stored, which is untrusted: its workload must then be a
+    registered name, since checking a ``module:Class`` would import the module a results file names."""
+    from benchbay.suite import SuiteError, from_dict, parse_scalar
 
     result, manifest = read_result(run), store.read_manifest(run)
-    raw = manifest.get("suite_as_run")
+    raw = manifest.get("suite_as_run") if suite_raw is None else suite_raw
     if result is None or not result.get("best") or not isinstance(raw, dict):
         raise ValueError(f"{run}: no tune winner to emit (no tune.json with a best trial, or no suite in the manifest)")
+    if suite_raw is None:
+        _registered_workload(run, raw)
+    fixed = raw.get("knobs") or {}
+    if not isinstance(fixed, dict):
+        raise ValueError(f"{run}: its suite's knobs are {type(fixed).__name__}, not a mapping: no suite to emit")
     best = result["best"]
     name = f"{str(raw.get('name', 'suite')).removesuffix('-tune')}-tuned"  # wallx-tune -> wallx-tuned
     metric, value = (result.get("objective") or {}).get("metric"), best.get("objective")
@@ -68,17 +90,39 @@ def emit_suite(run: Path, path: str | Path) -> Path:
     figures = ", ".join(filter(None, [
         f"{metric} {value:.4g} (mean of {best.get('runs', 1)} processes)" if isinstance(value, (int, float)) else "",
         f"peak {peak:.1f} GiB reserved" if isinstance(peak, (int, float)) else ""]))
+    repeats = raw.get("repeats")
     suite = {"name": name,
              "description": f"The configuration `benchbay tune` found for {raw.get('name')} (run {run.name}, trial "
                             f"{best.get('trial')}, {'confirmed by repeats' if best.get('confirmed') else 'unconfirmed'}"
                             f"{'; ' + figures if figures else ''} on {result.get('gpu') or result.get('device')}).",
              **{k: raw[k] for k in ("workload", "steps", "timeout", "devices", "price_per_gpu_hour", "gate",
                                     "equivalent_tolerance") if k in raw},
-             "knobs": {**(raw.get("knobs") or {}), **best["knobs"]},
+             "knobs": {**fixed, **best["knobs"]},
              "sweep": {"points": [{"label": "tuned"}]},
-             "repeats": max(int(raw.get("repeats", 1) or 1), 3)}  # a gate judges processes: a few of them
+             # a gate judges processes: a few of them
+             "repeats": max(repeats if isinstance(repeats, int) and not isinstance(repeats, bool) else 1, 3)}
     path = Path(path)
-    path.write_text(f"# written by `benchbay tune --emit-suite` from {run}\n"
-                    + yaml.safe_dump(suite, sort_keys=False, width=110))
-    load(path)  # what was written is a suite: it validates
-    return path
+    # the run's path escaped: a line break in a folder's name would start a key of its own
+    text = (f"# written by `benchbay tune --emit-suite` from {ascii(str(run))[1:-1]}\n"
+            + yaml.safe_dump(suite, sort_keys=False, width=110))
+    try:  # the text as it will be read back, checked before anything is written
+        from_dict(parse_scalar(text), str(path))
+    except (SuiteError, yaml.YAMLError) as exc:
+        problems = getattr(exc, "problems", None) or [exc]
+        raise ValueError(f"--emit-suite {path}: the winner's suite does not check, nothing written: "
+                         + "; ".join(str(p).replace("\n", " ") for p in problems)) from None
+    return store.write_atomic(path, text.encode())
+
+
+def _registered_workload(run: Path, raw: dict[str, Any]) -> None:
+    """A stored suite's workload, when it is a registered name (a built-in or an installed
+    package's); ValueError otherwise."""
+    from benchbay.workloads.registry import available
+
+    node = raw.get("workload")
+    name = node.get("name") if isinstance(node, dict) else node
+    if isinstance(name, str) and name in available():
+        return
+    raise ValueError(f"--emit-suite: {run} ran the workload {repr(name)[:120]}, not a registered one: benchbay "
+                     "never imports code a stored run names, so its suite is emitted only by the tune itself "
+                     f"(`benchbay tune SUITE --resume {run.name} --emit-suite F`, which reads your suite file)")

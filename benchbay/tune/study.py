@@ -10,8 +10,9 @@ function) does not know, the tuner adds:
 - memory: a batch the trials so far say cannot fit (an OOM at a smaller batch of the same
   configuration, or the line of peak memory against the batch, ``benchbay.tune.memory``) is not
   run; the sampler is told it is infeasible and the largest batch that may fit is tried instead;
-- early stop: a trial whose first ``EARLY_STEPS`` measured steps run below ``early_stop`` of the
-  best throughput so far stops there (its figures are of those steps);
+- early stop: where the objective rewards more samples/s (``Tune.stops_early``), a trial whose
+  first ``EARLY_STEPS`` measured steps run below ``early_stop`` of the best samples/s so far stops
+  there (its figures are of those steps);
 - one compile cache for all trials of a call, so later trials compile faster;
 - a configuration already measured is not measured again (the sampler is told its result), and
   the next trial is then one knob of one of the best trials changed (a hand walk's move).
@@ -47,10 +48,11 @@ from benchbay.record import (
 )
 from benchbay.runner import SuiteRunner, Unwritable, cannot_run, sigterm_as_interrupt
 from benchbay.suite.model import Point, Suite, excluded_by
-from benchbay.suite.tune import THROUGHPUT, IntRange, Tune
+from benchbay.suite.tune import IntRange, Tune
 from benchbay.tune.confirm import CONFIRMS, TRIAL, ConfirmStage
 from benchbay.tune.memory import MemoryModel
 from benchbay.tune.result import RESULT
+from benchbay.tune.resume import latest_tune, same_study
 from benchbay.tune.trials import BATCH, Trial, distributions, importances, key_metrics, memory_errors, pareto, rest_of
 
 #: the trial statuses ``--retry-failed`` measures again: failures of the code, not results of the
@@ -97,52 +99,24 @@ class Tuner(ConfirmStage):
         if resume is True:  # the latest tune of this suite on this machine
             from benchbay.collect.env import fingerprint
 
-            resume = self._latest_tune(fingerprint()["machine_key"])
+            resume = latest_tune(self.root, self.suite.name, fingerprint()["machine_key"])
         self.runner = SuiteRunner(self.suite, results_root, self.console, resume=resume, launcher=launcher,
                                   peak_flops=peak_flops)
         self.run = self.runner.run
         if resume:
-            self._same_study(store.read_manifest(self.run))
+            same_study(store.read_manifest(self.run), self.run, self.suite, self.tune, self.runner.env["machine_key"])
         elif retry_failed:
             raise ValueError("--retry-failed: with --resume (it measures again the failed trials of a tune)")
         self.retry_failed = retry_failed
         self.retry: list[dict[str, Any]] = []  # failed trials to measure again, first
         self.time_budget_s = time_budget_s
-        self.base = self.suite.expand(self.runner.device)[0]
+        # params given per card memory class: this card's, as `benchbay run` expands them
+        self.base = self.suite.expand(self.runner.device, self.runner.memory_gb)[0]
         self.trials: list[Trial] = []
         self.memory = MemoryModel(capacity_gib=self.tune.constraints.max_peak_gib)
         self.refused: list[dict[str, Any]] = []  # proposals not run, and why
         self.confirm_records: list[Record] = []
         self.started = time.perf_counter()
-
-    # ---- what is stored ------------------------------------------------------------------------
-    def _latest_tune(self, machine_key: str) -> str:
-        for run in sorted((self.root / self.suite.name).glob("*/"), reverse=True):
-            manifest = store.read_manifest(run)
-            if manifest.get("tune") and (manifest.get("env") or {}).get("machine_key") == machine_key:
-                return run.name
-        raise FileNotFoundError(f"--resume: no tune of suite {self.suite.name!r} on this machine under {self.root}")
-
-    def _same_study(self, manifest: dict[str, Any]) -> None:
-        """A resumed study must be this suite's, over the same space, objective and fixed knobs."""
-        where = f"--resume {self.run.name}"
-        if manifest.get("suite") != self.suite.name or not isinstance(manifest.get("tune"), dict):
-            raise ValueError(f"{where}: not a tune of suite {self.suite.name!r} (its manifest names "
-                             f"{manifest.get('suite')!r}{'' if manifest.get('tune') else ', and no tune'})")
-        machine = (manifest.get("env") or {}).get("machine_key")
-        if machine != self.runner.env["machine_key"]:
-            raise ValueError(f"{where}: the study ran on {machine}, this is {self.runner.env['machine_key']}: its "
-                             "trials say nothing of this machine (resume it there, or start a tune here)")
-        stored, now = manifest["tune"], self.tune.as_json()
-        stored_suite = manifest.get("suite_as_run") or {}
-        for key in ("space", "objective", "constraints"):
-            if stored.get(key) != now[key]:
-                raise ValueError(f"{where}: its tune.{key} was {stored.get(key)!r}, the suite's is now {now[key]!r}: "
-                                 "a study continues over what it searched (start a new tune instead)")
-        for key in ("workload", "knobs", "steps", "devices"):
-            if stored_suite.get(key) != self.suite.raw.get(key):
-                raise ValueError(f"{where}: the suite's {key} changed since the study began: its trials measured "
-                                 "another thing (start a new tune instead)")
 
     # ---- one trial -----------------------------------------------------------------------------
     def point(self, params: dict[str, Any], number: int) -> Point:
@@ -189,8 +163,8 @@ class Tuner(ConfirmStage):
         value, violation, why = self.judge(record)
         trial = Trial(number, params, record, value, violation == 0.0 and value is not None, violation, why)
         if BATCH in params:
-            if self.memory.capacity_gib is None and record.metrics.get(DEVICE_MEM_TOTAL_GIB):
-                total = record.metrics[DEVICE_MEM_TOTAL_GIB]
+            total = record.metrics.get(DEVICE_MEM_TOTAL_GIB)
+            if isinstance(total, (int, float)) and total > 0:  # the card's memory bounds a larger max_peak_gib
                 limit = self.tune.constraints.max_peak_gib
                 self.memory.capacity_gib = min(total, limit) if limit else total
             self.memory.observe(self._rest(params), params[BATCH], record.metrics.get(PEAK_MEM_RESERVED_GIB),
@@ -201,8 +175,9 @@ class Tuner(ConfirmStage):
     def _rest(params: dict[str, Any]) -> tuple:
         return rest_of(params)
 
-    def best(self) -> Trial | None:
-        feasible = [t for t in self.trials if t.feasible]
+    def best(self, excluding: frozenset[int] = frozenset()) -> Trial | None:
+        """The best feasible trial, of those not numbered in ``excluding``."""
+        feasible = [t for t in self.trials if t.feasible and t.number not in excluding]
         if not feasible:
             return None
         sign = 1 if self.tune.objective.direction == "maximize" else -1
@@ -430,7 +405,7 @@ class Tuner(ConfirmStage):
     def _stop_below(self) -> float | None:
         """The early stop's threshold in samples/s per process, from the best feasible trial so far."""
         best = self.best()
-        if self.tune.early_stop is None or best is None or self.tune.objective.metric not in THROUGHPUT:
+        if not self.tune.stops_early() or best is None:
             return None
         rate = best.record.metrics.get(SAMPLES_PER_S_PER_GPU)
         return self.tune.early_stop * rate if rate else None
@@ -438,10 +413,7 @@ class Tuner(ConfirmStage):
     # ---- what the tune leaves ------------------------------------------------------------------
     def result(self, summary: TuneSummary) -> dict[str, Any]:
         confirmed = self.confirmed()
-        # a winner of repeats: the best trial alone is one process's figure
-        winner = next((r for r in confirmed if r.get("winner") and r["runs"] > 1), None)
-        best = self.best()
-        chosen = next((t for t in self.trials if winner and t.number == winner["trial"]), None) or best
+        chosen, winner = self._chosen(confirmed)
         estimate = memory_errors(self.trials)
         predicted = {r["trial"]: r["predicted_gib"] for r in estimate["predictions"]}
         out: dict[str, Any] = {
@@ -455,18 +427,29 @@ class Tuner(ConfirmStage):
             "best": None if chosen is None else {
                 "trial": chosen.number, "knobs": chosen.params,
                 "objective": winner["mean"] if winner else chosen.value, "runs": winner["runs"] if winner else 1,
-                "confirmed": winner is not None, "metrics": key_metrics(chosen.record),
+                # a winner of repeats: one run alone is one process's figure
+                "confirmed": winner is not None and winner["runs"] > 1, "metrics": key_metrics(chosen.record),
                 "ties": [r["trial"] for r in confirmed if r.get("tie")]},
             "confirmed": confirmed, "pareto": pareto(self.trials, self.tune.objective.direction),
             "memory_estimate": estimate, "importances": importances(self.trials, self.tune),
             "state": "interrupted" if summary.interrupted or summary.unwritable else
                      "unfinished" if summary.out_of_time else "complete"}
-        if best is None and self.trials:
-            closest = sorted(self.trials, key=lambda t: (t.violation, -(t.value or 0.0)))[:3]
+        if chosen is None and self.trials:
+            sign = 1 if self.tune.objective.direction == "maximize" else -1
+            closest = sorted(self.trials, key=lambda t: (t.violation, t.value is None, -sign * (t.value or 0.0)))[:3]
+            failed = {r["trial"]: f"its confirmation: {r['why']}" for r in confirmed if not r["feasible_in_all"]}
             out["no_feasible"] = {"constraints": out["constraints"],
                                   "closest": [{"trial": t.number, "knobs": t.params, "objective": t.value,
-                                               "why": t.why} for t in closest]}
+                                               "why": t.why or failed.get(t.number, "")} for t in closest]}
         return out
+
+    def _chosen(self, confirmed: list[dict[str, Any]]) -> tuple[Trial | None, dict[str, Any] | None]:
+        """The trial to name best and its confirmation row: the confirmations' winner, else the best
+        feasible trial no confirmation found infeasible (a trial an oom ended once is not the best)."""
+        winner = next((r for r in confirmed if r.get("winner")), None)
+        if winner is not None:
+            return next(t for t in self.trials if t.number == winner["trial"]), winner
+        return self.best(frozenset(r["trial"] for r in confirmed if not r["feasible_in_all"])), None
 
     def _progress(self, trial: Trial) -> None:
         budget = self.tune.trials

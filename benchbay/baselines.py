@@ -102,7 +102,9 @@ def save_baseline(run_dirs: str | Path | list[str | Path], name: str, results_ro
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     with open(staging / RECORDS, "wb") as out:
         for run in runs:
-            out.write((run / RECORDS).read_bytes())
+            data = (run / RECORDS).read_bytes()
+            # a run that ends in a torn line: the next run's first record starts a line of its own
+            out.write(data if data.endswith(b"\n") or not data else data + b"\n")
     if (runs[0] / MANIFEST).is_file():
         shutil.copy2(runs[0] / MANIFEST, staging / MANIFEST)
     if target.exists():

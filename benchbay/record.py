@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ SCHEMA = 2
 SEARCH_GROUP = "search_group"
 #: the key of ``extra`` naming the knob that search varies (mbs unless the suite says)
 SEARCH_KNOB = "search_knob"
+#: in ``extra`` of a record a Slurm node measured: the machine key of the host that submitted it
+SUBMITTED_FROM = "submitted_from"
 #: the figure of ``extra`` that is a data loader's own throughput over its measured window (the
 #: decode workload's): a loader's samples/s is what it delivered (benchbay.runner.derived_metrics)
 DELIVERED_RATE = "loader_samples_per_s"
@@ -236,6 +239,12 @@ def _check_values(data: dict[str, Any]) -> None:
     """The values inside a record's fields that every reader takes as they are: a figure is a
     finite number (or null), a series a list of them, the machine's fingerprint plain values (or a
     mapping of them: its packages), the start an ISO 8601 time; ValueError naming the first that is not."""
+    # both name folders (a profile's, a memory snapshot's): a stored id must not climb out of its run
+    if not (isinstance(data["point_id"], str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", data["point_id"])):
+        raise ValueError(f"point_id: expected letters, digits, '.', '_' and '-' (a folder's name), got "
+                         f"{_kind(data['point_id'])}")
+    if isinstance(data.get("repeat"), bool) or not isinstance(data.get("repeat", 0), int) or data.get("repeat", 0) < 0:
+        raise ValueError(f"repeat: expected a whole number >= 0, got {_kind(data.get('repeat'))}")
     for name, value in data.get("metrics", {}).items():
         if not (_number(value) or name in WORD_FIGURES and isinstance(value, str)):
             raise ValueError(f"metrics.{name}: expected a finite number or null, got {_kind(value)}")

@@ -15,7 +15,6 @@ reverse (A B C, C B A, ...), so that no point always runs first or always after 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import signal
 import threading
@@ -50,6 +49,7 @@ from benchbay.record import (
     SEARCH_KNOB,
     STEP_TIME_MEAN_S,
     STEP_TIME_S,
+    SUBMITTED_FROM,
     Record,
     Status,
 )
@@ -172,8 +172,13 @@ class SuiteRunner:
             outcome = Outcome(status=Status.SKIPPED, reason=skipped)
         else:
             spec = self.spec(point, repeat, stop_below)
-            outcome = self.launcher.run(spec, self.scratch / f"{point.point_id}-{repeat}")
+            try:
+                outcome = self.launcher.run(spec, self.scratch / f"{point.point_id}-{repeat}")
+            except OSError as exc:  # its spec or log not written (a full disk): resumable, as a record is
+                raise Unwritable(f"{self.scratch}: {exc}") from exc
         env = outcome.env or self.env  # a Slurm job's node, not the submitting host
+        if outcome.env:  # the resume and the time budget look for the host that submitted it
+            extra = {**(extra or {}), SUBMITTED_FROM: self.env["machine_key"]}
         gpu = env.get("gpu")
         peak = peak_flops_for(gpu, self.peak_flops, env.get("gemm_tflops")) if gpu else None
         metrics = {**outcome.metrics, **derived_metrics(outcome.metrics, outcome.extra, self.launch.world_size, peak)}
@@ -203,11 +208,13 @@ class SuiteRunner:
         return self.launcher.run(spec, self.scratch / "warm-up")
 
     # ---- the sweep ------------------------------------------------------------------------------
-    def tasks(self) -> list[tuple[Point, int]]:
+    def tasks(self, labels: list[str] | None | bool = True) -> list[tuple[Point, int]]:
         """Every (point, repeat) in run order: repeat by repeat, each other repeat in reverse (A B C,
-        C B A, A B C...), so that no point always runs first or always after the same one."""
+        C B A, A B C...), so that no point always runs first or always after the same one; of the
+        call's labels (``labels``: others; None: the whole suite)."""
+        labels = self.labels if labels is True else labels
         points = [p for p in self.suite.expand(self.device, self.memory_gb)
-                  if not self.labels or any(matches(p, label) for label in self.labels)]
+                  if not labels or any(matches(p, label) for label in labels)]
         if self.suite.search:  # one configuration per distinct point without the searched knob
             seen: dict[str, Point] = {}
             for p in points:
@@ -216,17 +223,25 @@ class SuiteRunner:
         return [(p, r) for r in range(self.suite.repeats) for p in (points[::-1] if r % 2 else points)]
 
     def _this_machines(self, run: Path) -> list[Record]:
-        """A run's records measured on this machine: another host's say nothing of this one's."""
-        return [r for r in store.typed_records(run) if r.env.get("machine_key") == self.env["machine_key"]]
+        """A run's records measured on this machine (a Slurm job's: submitted from it): another
+        host's say nothing of this one's."""
+        return [r for r in store.typed_records(run)
+                if r.extra.get(SUBMITTED_FROM, r.env.get("machine_key")) == self.env["machine_key"]]
 
     def _durations_before(self) -> dict[str, float]:
-        """Each point's longest record on this machine in the suite's runs (by today's identity)."""
+        """Each point's longest record on this machine in the suite's runs (by today's identity); a
+        batch search's configuration: the longest sum of its probes in one run and repeat."""
         took: dict[str, float] = {}
         for run in sorted((self.root / self.suite.name).glob("*/")):
+            searched: dict[tuple[str, int], float] = {}
             for r in self._this_machines(run):
-                if r.duration_s:
+                if r.duration_s and r.search_group:
+                    searched[(r.search_group, r.repeat)] = searched.get((r.search_group, r.repeat), 0.0) + r.duration_s
+                elif r.duration_s:
                     pid = store.today_point_id(r)
                     took[pid] = max(took.get(pid, 0.0), r.duration_s)
+            for (group, _), seconds in searched.items():
+                took[group] = max(took.get(group, 0.0), seconds)
         return took
 
     def run_all(self) -> RunSummary:
@@ -246,10 +261,16 @@ class SuiteRunner:
                     "run_id": self.run.name, "env": self.env, "device": self.device,
                     "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     "points": len(tasks), "state": "running", "pid": os.getpid()}
-        if self.labels:  # a --point call: its points and state are those of the labels asked
-            manifest["labels"] = self.labels
+        previous = store.read_manifest(self.run)
+        asked = previous.get("labels")
+        # --point calls: the run's points and state are those of the labels its calls asked (all of
+        # the suite once one call asked for it: a resume of one point does not finish the others)
+        scope = None if not self.labels or (previous.get("state") and not asked) else \
+            sorted({*(asked if isinstance(asked, list) else []), *self.labels}, key=str)
+        if scope:
+            manifest["labels"] = scope
         # a resumed run keeps its first start
-        manifest["started_at"] = store.read_manifest(self.run).get("started_at", manifest["started_at"])
+        manifest["started_at"] = previous.get("started_at", manifest["started_at"])
         store.write_manifest(self.run, manifest)
         if self.device == "cuda" and (classes := self.suite.card_classes()):
             self.console.print(card_choice(self.memory_gb, classes), markup=False, highlight=False)
@@ -265,53 +286,75 @@ class SuiteRunner:
             summary.busy += warn_once(record, warned, progress)
             progress.result(describe(record))
 
-        with sigterm_as_interrupt(), self.launcher.scratch(self.run) as scratch, \
-                SweepProgress(self.console, self.suite.name, len(tasks)) as progress:
-            self.scratch = scratch
-            try:
-                for i, (point, repeat) in enumerate(tasks, 1):
-                    if (point.point_id, repeat) in self.stored and not self.suite.search:
-                        progress.advance(measured=False)
-                        continue
-                    left = None if self.time_budget_s is None else self.time_budget_s - (time.perf_counter() - started)
-                    warms = warm_pending and not (point.excluded or cannot_run(point, self.device,
-                                                                              self.launch.world_size))
-                    # the warm-up process runs the same point, fewer steps: at most as long again
-                    need = took_before.get(point.point_id, longest) * (2 if warms else 1)
-                    if left is not None and left < need:
-                        # a shorter point further on may still fit: left for a resume, not lost
-                        summary.out_of_time = True
-                        not_started.append(f"{point.label or point.point_id} ({need:.0f} s)")
-                        progress.advance(measured=False)
-                        continue
-                    progress.start(i, point.label or f"point {point.index}")
-                    if warms:
-                        warm_pending = False
-                        outcome = self.warm_up_process(point)
-                        manifest["warm_up"] = {"point_id": point.point_id, "label": point.label,
-                                               "status": outcome.status, "reason": outcome.reason,
-                                               **{k: outcome.metrics.get(k) for k in WARM_UP_FIGURES}}
-                        progress.result(describe_warm_up(point.label or point.point_id, outcome))
-                    if self.suite.search:
-                        records = self._search(point, repeat, report)
-                    else:
-                        records = [self.measure(point, repeat)]
-                        report(records[0])
-                    longest = max([longest, *(r.duration_s for r in records)])
-                    progress.advance()
-                if not_started:
-                    progress.note(f"time budget: not started, each needing more than the time left (what it "
-                                  f"took before, or the longest point so far): {', '.join(not_started)}; "
+        ended = False
+        try:
+            with sigterm_as_interrupt(), self.launcher.scratch(self.run) as scratch, \
+                    SweepProgress(self.console, self.suite.name, len(tasks)) as progress:
+                self.scratch = scratch
+                try:
+                    for i, (point, repeat) in enumerate(tasks, 1):
+                        if (point.point_id, repeat) in self.stored and not self.suite.search:
+                            progress.advance(measured=False)
+                            continue
+                        left = None if self.time_budget_s is None else \
+                            self.time_budget_s - (time.perf_counter() - started)
+                        runs_here = not (point.excluded or cannot_run(point, self.device, self.launch.world_size))
+                        warms = warm_pending and runs_here
+                        # the warm-up process runs the same point, fewer steps: at most as long again; a
+                        # search's configuration, all its probes; a skipped point, nothing
+                        key = _config_id(self.suite, point) if self.suite.search else point.point_id
+                        need = took_before.get(key, longest) * (2 if warms else 1) if runs_here else 0.0
+                        if left is not None and left < need:
+                            # a shorter point further on may still fit: left for a resume, not lost
+                            summary.out_of_time = True
+                            not_started.append(f"{point.label or point.point_id} ({need:.0f} s)")
+                            progress.advance(measured=False)
+                            continue
+                        progress.start(i, point.label or f"point {point.index}")
+                        if warms:
+                            warm_pending = False
+                            outcome = self.warm_up_process(point)
+                            manifest["warm_up"] = {"point_id": point.point_id, "label": point.label,
+                                                   "status": outcome.status, "reason": outcome.reason,
+                                                   **{k: outcome.metrics.get(k) for k in WARM_UP_FIGURES}}
+                            progress.result(describe_warm_up(point.label or point.point_id, outcome))
+                        if self.suite.search:
+                            records = self._search(point, repeat, report)
+                        else:
+                            records = [self.measure(point, repeat)]
+                            report(records[0])
+                        longest = max(longest, sum(r.duration_s for r in records) if self.suite.search
+                                      else records[0].duration_s)
+                        progress.advance()
+                    if not_started:
+                        progress.note(f"time budget: not started, each needing more than the time left (what it "
+                                      f"took before, or the longest point so far): {', '.join(not_started)}; "
+                                      f"continue with --resume {self.run.name}")
+                except KeyboardInterrupt:
+                    summary.interrupted = True
+                    progress.note(f"interrupted: records so far are kept in {self.run}; "
                                   f"continue with --resume {self.run.name}")
-            except KeyboardInterrupt:
-                summary.interrupted = True
-                progress.note(f"interrupted: records so far are kept in {self.run}; "
-                              f"continue with --resume {self.run.name}")
-            except Unwritable as exc:
-                summary.unwritable = str(exc)
-                progress.note(f"the sweep stopped: cannot write {exc}; records so far are kept in {self.run}; "
-                              f"free space, then continue with --resume {self.run.name}")
-        stopped = summary.interrupted or summary.out_of_time or summary.unwritable
+                except Unwritable as exc:
+                    summary.unwritable = str(exc)
+                    progress.note(f"the sweep stopped: cannot write {exc}; records so far are kept in {self.run}; "
+                                  f"free space, then continue with --resume {self.run.name}")
+            ended = True
+        except KeyboardInterrupt:  # a second Ctrl-C, or SIGTERM, as the scratch folder or the progress closed
+            summary.interrupted = ended = True
+        finally:  # however the sweep ended (an error of the launcher's too), the manifest says so
+            self._finish(manifest, summary, ended, scope)
+        # by today's identity, as the resume keys them: a retried record from before a knob was added
+        # is the same point as its retry, which stands for it
+        latest = {(store.today_point_id(r), r.repeat): r for r in store.typed_records(self.run)}
+        summary.failed = [describe(r) for r in latest.values() if r.failed]
+        return summary
+
+    def _finish(self, manifest: dict[str, Any], summary: RunSummary, ended: bool, scope: list[str] | None) -> None:
+        """The manifest's last state: complete once every point of the calls' labels is in the store."""
+        stopped = not ended or summary.interrupted or summary.out_of_time or summary.unwritable
+        if not stopped and scope != self.labels and not self.suite.search:
+            stored = {(store.today_point_id(r), r.repeat) for r in self._this_machines(self.run)}
+            stopped = any((p.point_id, r) not in stored for p, r in self.tasks(scope))
         manifest.update(state="interrupted" if stopped else "complete",
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         try:
@@ -320,11 +363,6 @@ class SuiteRunner:
             summary.unwritable = f"{self.run / store.MANIFEST}: {exc}"
             self.console.print(f"cannot write {summary.unwritable}; free space, then continue with --resume "
                                f"{self.run.name}", markup=False, highlight=False)
-        # by today's identity, as the resume keys them: a retried record from before a knob was added
-        # is the same point as its retry, which stands for it
-        latest = {(store.today_point_id(r), r.repeat): r for r in store.typed_records(self.run)}
-        summary.failed = [describe(r) for r in latest.values() if r.failed]
-        return summary
 
     def _search(self, config: Point, repeat: int, report: Callable[[Record], None]) -> list[Record]:
         """Largest feasible value of the searched knob for this configuration (each probe a
@@ -369,14 +407,13 @@ class SuiteRunner:
             return
         log = store.memory_dir(self.run) / "snapshots.jsonl"
         # a resumed run: an edge snapshotted (or tried) before is not run again (each costs a whole point)
-        done = {(e["point_id"], e["repeat"]) for e in map(json.loads, log.read_text().splitlines())} \
-            if log.exists() else set()
+        done = {(e.get("point_id"), e.get("repeat")) for e in store.log_entries(log)}
         for role, record in search_edges(records, search.knob, search.headroom_gib, search.zero_retries):
             if (record.point_id, record.repeat) in done:
                 continue
             point = replace(config, knobs=record.knobs, point_id=record.point_id, label=record.label)
             name = f"{record.point_id}-{record.repeat}"
-            out = store.memory_dir(self.run) / name
+            out = store.refuse_links(store.memory_dir(self.run) / name, self.root)
             # the probe's own steps: an OOM can come late (H200, Wall-X mbs 20: at the third step)
             spec = replace(self.spec(point), memory_snapshot=True, memory_snapshot_dir=str(out))
             outcome = self.launcher.run(spec, self.scratch / f"snapshot-{name}")
@@ -384,9 +421,10 @@ class SuiteRunner:
                      SEARCH_GROUP: record.search_group, "knob": search.knob,
                      "value": record.knobs[search.knob], "role": role, "status": outcome.status,
                      "reason": outcome.reason, "snapshots": sorted(str(p) for p in out.glob("snapshot*.pickle"))}
-            log.parent.mkdir(parents=True, exist_ok=True)  # a snapshot that failed at its start made none
-            with open(log, "a") as f:
-                f.write(json.dumps(entry) + "\n")
+            try:
+                store.append_log(log, self.root, entry)
+            except OSError as exc:  # a full disk: the snapshot runs again on resume
+                raise Unwritable(f"{log}: {exc}") from exc
 
 
 def cannot_run(point: Point, device: str, world_size: int) -> str | None:

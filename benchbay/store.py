@@ -19,7 +19,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +108,25 @@ def append_record(run: Path, record: Record) -> None:
         except OSError:
             f.truncate(end)
             raise
+
+
+def append_log(path: Path, root: Path, entry: dict[str, Any]) -> None:
+    """One JSON line appended to a log of a run's (its memory snapshots'), never through a link."""
+    path = refuse_links(path, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o666), "a") as f:
+        f.write(json.dumps(entry, default=str) + "\n")
+
+
+def log_entries(path: Path) -> list[dict[str, Any]]:
+    """A run's log's entries; a line that is not a JSON object (torn by a kill or a full disk) is passed over."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines() if path.is_file() else []:
+        with suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict):
+                out.append(entry)
+    return out
 
 
 def write_manifest(run: Path, manifest: dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ from benchbay.launch import process
 from benchbay.launch.base import DeviceType, Launch, Outcome, PointSpec
 from benchbay.launch.process import Finished
 from benchbay.record import Status
+from benchbay.store import refuse_links
 
 #: the job's own start-up and teardown (imports, rendezvous) beyond the point's timeout
 JOB_MARGIN_S = 300
@@ -55,8 +56,8 @@ class SlurmLauncher:
 
     @contextmanager
     def scratch(self, run: Path) -> Iterator[Path]:
-        """Beside the run, and kept: the nodes must see the points' folders."""
-        yield run / "scratch"
+        """Beside the run, and kept: the nodes must see the points' folders (never through a link)."""
+        yield refuse_links(run / "scratch", run.parent.parent)
 
     def run(self, spec: PointSpec, workdir: Path) -> Outcome:
         return run_point_submitit(spec, workdir, self.launch, self.params)

@@ -37,6 +37,7 @@ from benchbay.launch.local import LocalLauncher
 from benchbay.progress import SweepProgress, describe, describe_warm_up, warn_once
 from benchbay.record import (
     BUILD_S,
+    COMMAND_RANKS,
     DELIVERED_RATE,
     FIRST_STEP_S,
     FLOPS_PER_SAMPLE,
@@ -88,7 +89,8 @@ def derived_metrics(metrics: dict[str, Any], extra: dict[str, Any], world_size: 
         out.update(samples_per_s=rate, samples_per_s_per_gpu=rate / world_size if rate else None)
     elif step and samples:
         out[SAMPLES_PER_S_PER_GPU] = samples / step
-        out[SAMPLES_PER_S] = samples * world_size / step
+        # a command's ranks are its own (torchrun in its argv): its point's process is one
+        out[SAMPLES_PER_S] = samples * (metrics.get(COMMAND_RANKS) or world_size) / step
         flops = metrics.get(FLOPS_PER_SAMPLE)
         if flops and peak_flops:
             out[MFU] = flops * out[SAMPLES_PER_S_PER_GPU] / peak_flops

@@ -315,6 +315,9 @@ timeout: 300
     assert record.status == Status.OK, record.reason
     assert record.extra["probe"] == "optimizer-step hook"
     assert len(record.series["step_times_s"]) == 10 and len(record.series["losses"]) == 10
+    # per GPU, a rank's 4 samples a step; all of them, both ranks'
+    assert record.metrics["command_ranks"] == 2
+    assert record.metrics["samples_per_s"] == pytest.approx(2 * record.metrics["samples_per_s_per_gpu"])
 
 
 @pytest.mark.slow  # torch.profiler in the command's own process: ~13 s

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from benchbay.knobs import Choice
 from benchbay.parent_death import die_with_parent
 from benchbay.record import (
+    COMMAND_RANKS,
     DATA_WAITS_S,
     FIGURES,
     LOSSES,
@@ -75,7 +76,7 @@ class Command(Workload):
         # clocks), recorded as a series; data_waits_s (its data wait, s) feeds the data-wait figures
         "step_regex": None,  # a line per step, where the probe sees no optimizer step
         "throughput_regex": None,  # samples/s, where neither sees steps
-        "samples_per_step": None,  # samples one step trains ("{mbs}" by default, times the ranks)
+        "samples_per_step": None,  # samples one rank's step trains ("{mbs}" by default)
         "cwd": None,  # where it runs (relative to the working directory)
         "dataset": None,  # {preset: a clips preset, field: value...}: written once (cached), named by {dataset}
     }
@@ -129,10 +130,9 @@ class Command(Workload):
         return PLACEHOLDER.sub(lambda m: values[m.group(1)] if m.group(1) else m.group(0)[0], text)
 
     def samples_per_step(self) -> int:
+        """A rank's: the ranks are the command's own (the probe counts them for the samples/s of all)."""
         given = self.params["samples_per_step"]
-        if given is None:
-            return self.mbs * int(os.environ.get("WORLD_SIZE", "1"))
-        return int(self.fill(str(given)))
+        return self.mbs if given is None else int(self.fill(str(given)))
 
     # ---- running it (benchbay.launch.harness.CommandHarness) ------------------------------------
     @contextlib.contextmanager
@@ -275,6 +275,8 @@ class Command(Workload):
             metrics[PEAK_MEM_RESERVED_GIB] = seen[-1]["peak_reserved"] / 2**30
         if seen and "peak_rss" in seen[-1]:  # the command's (rank 0's) process, not the worker's
             metrics[PEAK_HOST_RSS_GIB] = seen[-1]["peak_rss"] / 2**30
+        if seen and isinstance(seen[-1].get("world"), int) and seen[-1]["world"] > 1:  # torchrun in its argv
+            metrics[COMMAND_RANKS] = seen[-1]["world"]
         if len(seen) > 1 and "probe_s" in seen[-1]:  # the probe's hook: host seconds a step, a bound on its cost
             metrics[PROBE_HOST_S] = (seen[-1]["probe_s"] - seen[0]["probe_s"]) / (len(seen) - 1)
         if self.params["loss_regex"]:

@@ -3,20 +3,19 @@ imports it at start-up in every process of the command (torchrun's ranks and Dat
 included). Where ``BENCHBAY_PROBE_OUT`` is set, it waits for ``torch.optim.optimizer`` to be
 imported by the script (so a process that never trains never imports torch for it), then registers
 torch's global optimizer-step post hook and, from the first step on, appends one JSON line per step
-to ``$BENCHBAY_PROBE_OUT.<rank>`` (the rank torch.distributed gives, else ``RANK``, else 0; each line
-names its process, for scripts that start several without a rank): the step's duration from the
-previous step's end (CUDA events on a GPU, read once completed, so the probe never synchronises; the
-host clock on a CPU), the wall clock at the step's end, peak allocated and reserved device memory so
-far, and the host seconds spent in the probe's hook so far (its cost a step on the host, hidden
-wherever the device is behind the host). It never asks CUDA anything before the script's first step
-has (``torch.cuda.is_available()`` would initialise the driver in every process, DataLoader workers
-included), and an error of its own turns it off rather than fail the script's step. Where
-``BENCHBAY_PROBE_PROFILE`` names a folder (``benchbay profile``), torch.profiler runs over the steps
-after the first ``BENCHBAY_PROBE_PROFILE_AFTER``: one step its warm-up, then
-``BENCHBAY_PROBE_PROFILE_STEPS`` recorded, the trace written to ``trace.json`` there (``rank<N>/``
-under torchrun) as the last ends.
-Standalone on purpose: the command's Python need not have benchbay installed. A sitecustomize of
-the command's own later on the path still runs."""
+to ``$BENCHBAY_PROBE_OUT.<rank>`` (the rank torch.distributed gives, else ``RANK``, else 0; each
+line names its process, for scripts that start several without a rank, and the ranks of its world):
+the step's duration from the previous step's end (CUDA events on a GPU, read once completed, so the
+probe never synchronises; the host clock on a CPU), the wall clock at the step's end, peak allocated
+and reserved device memory so far, and the host seconds spent in the probe's hook so far (its cost a
+step on the host, hidden wherever the device is behind the host). It never asks CUDA anything before
+the script's first step has (``torch.cuda.is_available()`` would initialise the driver in every
+process, DataLoader workers included), and an error of its own turns it off rather than fail the
+script's step. Where ``BENCHBAY_PROBE_PROFILE`` names a folder (``benchbay profile``),
+torch.profiler runs over the steps after the first ``BENCHBAY_PROBE_PROFILE_AFTER``: one step its
+warm-up, then ``BENCHBAY_PROBE_PROFILE_STEPS`` recorded, the trace written to ``trace.json`` there
+(``rank<N>/`` under torchrun) as the last ends. Standalone on purpose: the command's Python need not
+have benchbay installed. A sitecustomize of the command's own later on the path still runs."""
 
 import importlib.abc
 import importlib.util
@@ -38,7 +37,7 @@ class _Probe:
     def __init__(self, torch):
         self.torch = torch
         self.cuda = False  # decided at the first step: CUDA events once the script's CUDA is up
-        self.rank = "0"
+        self.rank, self.world = "0", 1
         self.file = None
         self.optimizer = None  # the first optimizer that steps: its steps are the training's
         self.marks = []  # per step: a CUDA event, or the host clock
@@ -67,6 +66,7 @@ class _Probe:
         self.cuda = torch.cuda.is_initialized()
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         self.rank = str(torch.distributed.get_rank()) if distributed else os.environ.get("RANK", "0")
+        self.world = torch.distributed.get_world_size() if distributed else int(os.environ.get("WORLD_SIZE", "1"))
         self.file = open(f"{OUT}.{self.rank}", "a", buffering=1)  # noqa: SIM115 - open for the process's life
 
     def _hook(self, optimizer):
@@ -132,7 +132,7 @@ class _Probe:
             # this process's peak RSS since it started (the OS keeps no window): a CPU run's peak memory
             mem["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             self.file.write(json.dumps({"step": i, "dt": dt, "t": self.ended[i], "pid": os.getpid(),
-                                        "probe_s": self.spent, **mem}) + "\n")
+                                        "world": self.world, "probe_s": self.spent, **mem}) + "\n")
             self.written += 1
 
 

@@ -8,7 +8,6 @@ import dataclasses
 import datetime as dt
 import json
 import math
-import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -242,9 +241,9 @@ def _check_values(data: dict[str, Any]) -> None:
     finite number (or null), a series a list of them, the machine's fingerprint plain values (or a
     mapping of them: its packages), the start an ISO 8601 time; ValueError naming the first that is not."""
     # both name folders (a profile's, a memory snapshot's): a stored id must not climb out of its run
-    if not (isinstance(data["point_id"], str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", data["point_id"])):
-        raise ValueError(f"point_id: expected letters, digits, '.', '_' and '-' (a folder's name), got "
-                         f"{_kind(data['point_id'])}")
+    pid = data["point_id"]
+    if not isinstance(pid, str) or pid in ("", ".", "..") or len(pid) > 128 or set(pid) & set("/\\\0"):
+        raise ValueError(f"point_id: expected one folder's name (no '/', not '..'), got {_kind(pid)}")
     if isinstance(data.get("repeat"), bool) or not isinstance(data.get("repeat", 0), int) or data.get("repeat", 0) < 0:
         raise ValueError(f"repeat: expected a whole number >= 0, got {_kind(data.get('repeat'))}")
     for name, value in data.get("metrics", {}).items():

@@ -527,7 +527,8 @@ def test_report_has_a_scaling_section_when_a_configuration_ran_at_several_world_
     build_report(records_to_frame(one + two), tmp_path)
     text = (tmp_path / "report.md").read_text()
     assert "### Scaling" in text and (tmp_path / "scaling-scaling.png").exists()
-    assert "| 2 | 1 | 1 | 1 | 0.5557 | 1.8 | 1.80x | 2 | 0.9 |" in text  # 1.8x on 2 GPUs: 90% efficiency
+    # 1.8x on 2 GPUs: 90% efficiency; the step is the mean step (1.802 s), samples/s/GPU 1 sample over it
+    assert "| 2 | 1 | 1 | 0.9991 | 0.5551 | 1.802 | 1.80x | 2 | 0.9 |" in text
 
 
 # --- noise and machine health ----------------------------------------------------------------------

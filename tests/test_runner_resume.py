@@ -138,7 +138,7 @@ def test_a_stored_point_id_that_names_a_folder_outside_the_run_is_no_record(tmp_
     run = SuiteRunner(s, tmp_path / "r", launcher=Canned(), warm_up=False).run_all().run
     (row,) = store.read_records(run)
     (run / store.RECORDS).write_text(json.dumps({**row, "point_id": "../../../../escaped"}) + "\n")
-    with pytest.warns(UserWarning, match="point_id: expected letters, digits"):
+    with pytest.warns(UserWarning, match="point_id: expected one folder"):
         assert store.typed_records(run) == []
 
 

@@ -14,6 +14,7 @@ from benchbay.analysis.stats import (
     change_points,
     coefficient_of_variation,
     log_spread,
+    mean_interval,
     per_process,
     ratio_test,
     repeats_needed,
@@ -191,3 +192,19 @@ def test_a_records_cv_is_the_sample_cv_of_its_steps():
     times = [1.0, 1.1, 0.9, 1.05]
     assert summarize(times)["step_time_cv"] == pytest.approx(statistics.stdev(times) / statistics.mean(times))
     assert summarize([1.0])["step_time_cv"] is None  # one step has no spread to speak of
+
+
+def test_the_mean_of_a_few_processes_has_a_t_interval_wider_than_their_range():
+    """A percentile bootstrap of 3 values is their [min, max] at best: far too narrow (review)."""
+    values = [10.0, 10.4, 10.2]
+    low, high = mean_interval(values)
+    half = scipy_stats.t.ppf(0.975, 2) * np.std(values, ddof=1) / np.sqrt(3)
+    assert (low, high) == pytest.approx((10.2 - half, 10.2 + half))
+    assert low < min(values) and high > max(values)
+    assert mean_interval([5.0, 5.0]) == (5.0, 5.0)
+    with pytest.raises(ValueError, match="two or more"):
+        mean_interval([5.0])
+    # it covers the true mean as often as it says
+    rng = np.random.default_rng(0)
+    covered = sum(lo <= 1.0 <= hi for lo, hi in (mean_interval(rng.normal(1.0, 0.05, 3)) for _ in range(400)))
+    assert 0.92 <= covered / 400 <= 0.98

@@ -15,14 +15,18 @@ with their spread pooled with what this machine's earlier runs of the point say 
   says how many repeats a side would tell);
 - ``cannot support a verdict``: one process a side and no earlier run of the point on this
   machine: nothing says how far processes spread, so there is no interval;
-- ``failed``: the point ran in the baseline but not in the candidate (oom, crash, timeout...);
+- ``failed``: the point ran in the baseline but not in the candidate (oom, crash, timeout...), or
+  a larger share of the candidate's repeats failed than of the baseline's (the reason names them:
+  the ok repeats alone would pass a point that mostly runs out of memory);
 - ``not comparable``: the environments differ in GPU model, driver, CUDA or torch (the reason
   names which), the point is missing on one side, or a figure is missing.
 
 Steady steps are ``step_times_s`` after ``warmup_steps``. A rate (samples/s, samples/s/GPU, MFU) is
 samples per step over a step: a record's figure times the step it was computed over is its samples
 per step, and a process's or a side's rate is that over the statistic of its steps (mirrored: the
-p10 rate is at the p90 step). A loader's rate is what it delivered, as recorded. Memory peaks
+p10 rate is at the p90 step). MFU is each record's over the one peak of its GPU model that the
+report divides by (:func:`benchbay.analysis.mfu.row_mfu`), never the peak its run stored. A
+loader's rate is what it delivered, as recorded. Memory peaks
 repeat exactly: with one process a side the interval collapses to the ratio. Given a GPU-hour
 price, each point also gets ``cost_per_m_samples`` (``cheaper`` / ``costlier``): its throughput
 row through :func:`benchbay.analysis.cost.cost_per_million_samples`, the interval inverted.
@@ -41,7 +45,9 @@ import numpy as np
 import pandas as pd
 
 from benchbay.analysis.cost import COST, cost_per_million_samples
+from benchbay.analysis.failed_repeats import failed_repeats
 from benchbay.analysis.frame import is_missing
+from benchbay.analysis.mfu import row_mfu
 from benchbay.analysis.points import MatchedPoint, describe_points, env_differences, match_points, point_groups
 from benchbay.analysis.quality import cards_note, notes, warnings_of
 from benchbay.analysis.stats import (
@@ -176,12 +182,22 @@ def steady_step_times(row: pd.Series | dict) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
+def figure_of(row: pd.Series | dict, metric: Metric) -> float | None:
+    """A record's figure of ``metric``: as recorded, but MFU over the one peak of its GPU model
+    that the report divides by (:func:`benchbay.analysis.mfu.row_mfu`), not the peak its run stored."""
+    if metric.column == MFU:
+        value = row_mfu(row)
+        return None if math.isnan(value) else value
+    value = row.get(metric.column)
+    return None if is_missing(value) else float(value)
+
+
 def _samples_per_step(row: pd.Series | dict, metric: Metric) -> float | None:
     """A rate's figure times the step it was computed over: its samples (or MFU) per step, whose
     ratio to a step is the rate; None for a step time, a loader's delivered rate, or no figure.
     The step is samples per step over samples/s/GPU where both are recorded (exact), else the
     recorded step (older records: the median)."""
-    value = row.get(metric.column)
+    value = figure_of(row, metric)
     if not metric.per_step or metric.column == STEP_TIME_S or is_missing(value) \
             or not is_missing(row.get(f"extra.{DELIVERED_RATE}")):
         return None
@@ -206,8 +222,8 @@ def process_values(rows: pd.DataFrame, metric: Metric, statistic: str) -> tuple[
             value, floor = per_process([steps], _step_statistic(metric, statistic))
             values.append(float(value[0]) if per_step is None else per_step / float(value[0]))
             floors.append(floor)
-        elif not is_missing(row.get(metric.column)):
-            values.append(float(row[metric.column]))
+        elif (figure := figure_of(row, metric)) is not None:
+            values.append(figure)
     return np.array(values, dtype=float), float(np.mean(floors)) if floors else 0.0
 
 
@@ -222,7 +238,7 @@ def pooled_figure(rows: pd.DataFrame, metric: Metric, statistic: str = STEP_STAT
     if metric.per_step and pooled.size and (metric.column == STEP_TIME_S or per_step):
         step = float(STATISTICS[_step_statistic(metric, statistic)](pooled))
         return step if metric.column == STEP_TIME_S else float(np.median(per_step)) / step
-    values = rows[metric.column].dropna().to_numpy(dtype=float) if metric.column in rows else np.empty(0)
+    values = np.array([x for x in (figure_of(row, metric) for row in records) if x is not None], dtype=float)
     return float(STATISTICS[statistic](values)) if values.size else math.nan
 
 
@@ -285,7 +301,7 @@ def compare_metric(point: MatchedPoint, metric: Metric, options: CompareOptions 
                    earlier: pd.DataFrame | None = None) -> Comparison:
     """Compare one metric of one matched point; see the module docstring for the verdicts.
     ``earlier``: this machine's earlier records of the point (:func:`earlier_rows`), or None."""
-    statistic, min_change = options.statistic, options.min_change
+    statistic = options.statistic
 
     def incomparable(reason: str) -> Comparison:
         return Comparison(metric.name, statistic, reason=reason)
@@ -301,6 +317,20 @@ def compare_metric(point: MatchedPoint, metric: Metric, options: CompareOptions 
     if cand_ok.empty:
         return Comparison(metric.name, statistic, verdict=Verdict.FAILED, regression=True,
                           reason=f"candidate status {_statuses(point.candidate)}")
+    result = _compare_ok(point, metric, options, earlier)
+    failed = failed_repeats(point.baseline, point.candidate)
+    return replace(result, verdict=Verdict.FAILED, regression=True, reason=failed) if failed else result
+
+
+def _compare_ok(point: MatchedPoint, metric: Metric, options: CompareOptions,
+                earlier: pd.DataFrame | None) -> Comparison:
+    """:func:`compare_metric` over the ok processes of two sides that both have some."""
+    statistic, min_change = options.statistic, options.min_change
+
+    def incomparable(reason: str) -> Comparison:
+        return Comparison(metric.name, statistic, reason=reason)
+
+    base_ok, cand_ok = _ok(point.baseline), _ok(point.candidate)
     (base, base_floor), (cand, cand_floor) = (process_values(rows, metric, statistic) for rows in (base_ok, cand_ok))
     if not base.size or not cand.size:
         return incomparable(f"no {metric.column} in " + ("baseline" if not base.size else "candidate"))
@@ -322,23 +352,26 @@ def compare_metric(point: MatchedPoint, metric: Metric, options: CompareOptions 
             verdict = metric.worse if worse_by > 0 else metric.better
     return Comparison(metric.name, statistic, base_figure, cand_figure, test.ratio, test.low, test.high, test.p_value,
                       worse_by, verdict, regression=verdict == metric.worse,
-                      reason=_why(verdict, test, min_change, needed, (base.size, cand.size)),
+                      reason=_why(verdict, (test.low, test.high), test.confidence, min_change, needed,
+                                  (base.size, cand.size)),
                       baseline_processes=base.size, candidate_processes=cand.size, between_cv=test.log_sd,
                       earlier_df=known[1], repeats_needed=needed)
 
 
-def _why(verdict: str, test, min_change: float, needed: float, sides: tuple[int, int]) -> str | None:
+def _why(verdict: str, interval: tuple[float, float], confidence: float, min_change: float, needed: float,
+         sides: tuple[int, int]) -> str | None:
     """The one reason a verdict other than a clear change stands on, shown beside it: the interval
     (over processes, so a reader sees the unit), or what is missing for one."""
+    low, high = interval
+    excludes_one = low > 1.0 or high < 1.0  # False for NaN: no interval
     processes = f"{sides[0]} vs {sides[1]} processes"
     if verdict == Verdict.UNSUPPORTED:
         return (f"{processes} and no earlier run of this point on this machine: the spread between processes is "
                 "unknown; run 2 or more repeats")
     if verdict == Verdict.NOT_SIGNIFICANT:
         more = f"; {needed:.0f} repeats a side would tell a {min_change:.0%} change" if needed > min(sides) else ""
-        interval = f"[{test.low:.3g}, {test.high:.3g}]"
-        return f"the {test.confidence:.0%} interval over {processes} {interval} holds no change{more}"
-    if verdict == Verdict.NO_CHANGE and not test.excludes_one:
+        return f"the {confidence:.0%} interval over {processes} [{low:.3g}, {high:.3g}] holds no change{more}"
+    if verdict == Verdict.NO_CHANGE and not excludes_one:
         return f"the interval over {processes} lies within ±{min_change:.0%}"
     if verdict == Verdict.NO_CHANGE:
         return f"a real change smaller than {min_change:.0%}"
@@ -349,15 +382,21 @@ def _inverse(value: float) -> float:
     return 1.0 / value if value else math.nan
 
 
-def cost_comparison(throughput: Comparison, price_per_gpu_hour: float) -> Comparison:
+def cost_comparison(throughput: Comparison, price_per_gpu_hour: float,
+                    options: CompareOptions = DEFAULT_OPTIONS) -> Comparison:
     """The cost per 1M samples of a samples/s/GPU comparison: each side's figure at the price, the
-    ratio and its interval inverted (a cost is a price over a throughput)."""
+    ratio and its interval inverted (a cost is a price over a throughput), and the reason of an
+    unchanged verdict said of the inverted interval, the one its row shows."""
     verdict = {Verdict.FASTER: Verdict.CHEAPER, Verdict.SLOWER: Verdict.COSTLIER}.get(throughput.verdict,
                                                                                      throughput.verdict)
+    low, high = _inverse(throughput.ci_high), _inverse(throughput.ci_low)
+    reason = _why(verdict, (low, high), options.confidence, options.min_change, throughput.repeats_needed,
+                  (throughput.baseline_processes, throughput.candidate_processes)) \
+        if verdict in UNCHANGED else throughput.reason
     return replace(throughput, metric=COST, baseline=cost_per_million_samples(throughput.baseline, price_per_gpu_hour),
                    candidate=cost_per_million_samples(throughput.candidate, price_per_gpu_hour),
-                   ratio=_inverse(throughput.ratio), ci_low=_inverse(throughput.ci_high),
-                   ci_high=_inverse(throughput.ci_low), worse_by=_inverse(throughput.ratio) - 1, verdict=verdict)
+                   ratio=_inverse(throughput.ratio), ci_low=low, ci_high=high,
+                   worse_by=_inverse(throughput.ratio) - 1, verdict=verdict, reason=reason)
 
 
 def point_caution(point: MatchedPoint) -> str:
@@ -409,7 +448,7 @@ def compare(
         if price_per_gpu_hour is not None:
             throughput = results.get("samples_per_s_per_gpu") or compare_metric(
                 point, METRICS["samples_per_s_per_gpu"], options, earlier)
-            results[COST] = cost_comparison(throughput, price_per_gpu_hour)
+            results[COST] = cost_comparison(throughput, price_per_gpu_hour, options)
         rows += [{"point": name, "label": point.label, **point.key, **asdict(result), "caution": caution}
                  for result in results.values()]
     return pd.DataFrame(rows)

@@ -84,12 +84,15 @@ def _with_noise_floor(table: pd.DataFrame) -> pd.DataFrame:
     """A loader cannot make the step faster, so the largest speed-up a video point shows for a
     workload and batch is noise between processes: each point is a process of its own, and its
     interval is over the steps of that one process (seen on an H200, DreamZero-5B mbs 1: -16%).
-    ``noise_floor_change`` holds it; a point is slower only when its whole interval lies above it."""
+    ``noise_floor_change`` holds it, every speed-up counted (significant or not, it is a process
+    reading faster than the synthetic one); a point is slower only when its whole interval lies
+    above it. Where no point reads faster, nothing bounds the noise: the cell is blank, not a
+    "+0.0%" that reads as none measured, and the points' own intervals decide."""
     table = table.copy()
-    speedups = table["inflation_change"].where(table["verdict"] == Verdict.FASTER)
-    floor = (-speedups).groupby([table["workload"], table["mbs"]], dropna=False).transform("max").fillna(0.0)
+    speedups = table["inflation_change"].where(table["inflation_change"] < 0)
+    floor = (-speedups).groupby([table["workload"], table["mbs"]], dropna=False).transform("max")
     table["noise_floor_change"] = floor
-    resolved = (table["verdict"] == Verdict.SLOWER) & (table["inflation_change_low"] > floor)
+    resolved = (table["verdict"] == Verdict.SLOWER) & (table["inflation_change_low"] > floor.fillna(0.0))
     unresolved = table["verdict"].isin([Verdict.SLOWER, Verdict.FASTER]) & ~resolved
     table.loc[unresolved, "verdict"] = Verdict.NOT_SIGNIFICANT
     return table
@@ -200,12 +203,17 @@ def workers_claim(table: pd.DataFrame) -> pd.DataFrame:
         separated = (most["verdict"] == Verdict.SLOWER
                      and not is_missing(most["inflation_change_low"]) and not is_missing(best["inflation_change_high"])
                      and most["inflation_change_low"] > best["inflation_change_high"]
-                     and most["inflation_change"] - best["inflation_change"] > most["noise_floor_change"])
+                     and most["inflation_change"] - best["inflation_change"] > _known(most["noise_floor_change"]))
         verdict = ("reproduced" if separated else "the best count" if most["num_workers"] == best["num_workers"]
                    else "not reproduced (not significant)")
         rows.append({**dict(zip(keys, key, strict=True)), "best workers": best["num_workers"],
                      "most workers": most["num_workers"], "most vs best_change": slower, "claim": verdict})
     return pd.DataFrame(rows)
+
+
+def _known(floor) -> float:
+    """A noise floor where one bounds it; 0 where none does (the intervals alone decide)."""
+    return 0.0 if is_missing(floor) else float(floor)
 
 
 def _loader_name(backend: str, device: str) -> str:

@@ -5,7 +5,8 @@ value per repeat, the spread between processes pooled with this machine's earlie
 point). A threshold of N% (see :mod:`benchbay.analysis.thresholds`) fails on a point when the
 candidate is worse by at least half of N (:data:`~benchbay.analysis.thresholds.FAIL_SHARE`) AND
 the change is real (the 95% interval of the ratio excludes 1), or when the point ran in the
-baseline but failed in the candidate (oom, crash, timeout...). It passes when the interval rules
+baseline but failed in the candidate (oom, crash, timeout...), in every repeat or in a larger share
+of them than in the baseline (the check names the repeats and how they failed). It passes when the interval rules
 out a slowdown of N% (its worse end short of it). Between the two, the check ``cannot support a
 verdict``: the run has too few repeats to tell an N% slowdown from the noise between processes,
 and says how many a side it needs (:func:`benchbay.analysis.stats.repeats_needed`: alpha 5%,
@@ -158,14 +159,16 @@ def _check(point, threshold: Threshold, options: CompareOptions, earlier: pd.Dat
     share = 1.0 if metric.exact else FAIL_SHARE
     result = compare_metric(point, metric, replace(options, statistic=threshold.statistic,
                                                    min_change=threshold.limit * share), earlier)
-    if result.verdict in (Verdict.FAILED, Verdict.NOT_COMPARABLE):
+    if result.verdict == Verdict.NOT_COMPARABLE:
         return result
     if math.isnan(result.between_cv) or result.between_cv == 0:  # no spread known; none at all: one tells
         needed = math.nan if math.isnan(result.between_cv) else 1
     else:
         needed = repeats_needed(result.between_cv, threshold.limit, earlier_df=result.earlier_df,
                                 alpha=1 - options.confidence, power=options.power)
-    result = replace(result, repeats_needed=needed)
+    result = replace(result, repeats_needed=needed)  # a point whose repeats failed in part still sizes the run
+    if result.verdict == Verdict.FAILED:
+        return result
     worst = (1.0 - result.ci_low) if metric.higher_is_better else (result.ci_high - 1.0)  # NaN: no interval
     if result.regression or worst < threshold.limit:
         return result

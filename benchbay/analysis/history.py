@@ -4,13 +4,16 @@ Feed it a frame of many runs (``load_runs`` over ``results/<suite>/*``): each po
 params, knobs, and machine key, so that different machines never share a series) becomes a
 series with one value per run, its figure as ``show`` gives it
 (:func:`benchbay.analysis.compare.pooled_figure`), ordered by ``started_at`` then
-``env.git_commit``. A change point is where :func:`benchbay.analysis.stats.change_points` finds
+``env.git_commit``. A change point is where :func:`benchbay.analysis.stats.find_change_points` finds
 the level of that series step by at least ``min_relative_step`` and clear of the noise within the
 levels on either side (so that a large step is flagged in a short series as a small one is in a
-long one). A change point is a regression (or an improvement) only when
+long one), at ``alpha`` over the many splits it tried (a series of no change gets one with
+probability at most ``alpha``). A change point is a regression (or an improvement) only when
 :func:`benchbay.analysis.compare.compare_metric`, over the processes of the runs on either side of
-it, calls the change real the same way; else it is ``noisy``, or ``cannot support a verdict``
-where one process a side says nothing of their spread.
+it, calls the change real the same way at that corrected level (the split was chosen on these
+values: at 95% the largest of many gaps of noise would pass again); else it is ``noisy``, or
+``cannot support a verdict`` where one process a side says nothing of their spread.
+MFU is over one peak per GPU model (:func:`benchbay.analysis.compare.figure_of`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import pandas as pd
 
 from benchbay.analysis.compare import METRICS, CompareOptions, Metric, Verdict, compare_metric, pooled_figure
 from benchbay.analysis.points import MatchedPoint, describe_points, first_label, point_groups, point_key_columns
-from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, change_points
+from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, find_change_points
 from benchbay.record import Status
 
 
@@ -40,12 +43,13 @@ def _run_values(rows: pd.DataFrame, metric: str, statistic: str) -> pd.DataFrame
     return pd.DataFrame(out).sort_values(["started_at", "git_commit"], na_position="last", kind="stable")
 
 
-def _verdict(rows: pd.DataFrame, before: pd.Series, after: pd.Series, metric: Metric, statistic: str) -> str:
+def _verdict(rows: pd.DataFrame, before: pd.Series, after: pd.Series, metric: Metric, statistic: str,
+             alpha: float) -> str:
     """``regression``, ``improvement``, ``noisy`` (or ``not comparable``, ``cannot support a verdict``): what
     compare says of the processes of the runs of the level before a change point against those of the level it
-    starts."""
+    starts, at the level the split was found at."""
     point = MatchedPoint({}, rows[rows["run_id"].isin(before)], rows[rows["run_id"].isin(after)])
-    verdict = compare_metric(point, metric, CompareOptions(statistic=statistic)).verdict
+    verdict = compare_metric(point, metric, CompareOptions(statistic=statistic, confidence=1 - alpha)).verdict
     named = {metric.worse: "regression", metric.better: "improvement", Verdict.NOT_COMPARABLE: "not comparable",
              Verdict.UNSUPPORTED: Verdict.UNSUPPORTED.value}
     return named.get(verdict, "noisy")
@@ -57,13 +61,14 @@ def history(
     *,
     statistic: str = STEP_STATISTIC,
     min_relative_step: float = 0.05,
-    z: float = 3.0,
+    alpha: float = 0.05,
     key_columns: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """One row per point and run: point, label, the key columns, run_id, git_commit, started_at,
     value, change_point (a new level starts at this run), step (relative change of the level
     there), verdict (at a change point: regression, improvement, noisy or cannot support a verdict,
-    see the module docstring) and regression (the verdict is one). Failed runs are left out.
+    see the module docstring) and regression (the verdict is one). Failed runs are left out. ``alpha``:
+    the chance that a series of no change gets a change point.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; known: {list(METRICS)}")
@@ -80,16 +85,17 @@ def history(
         runs = _run_values(ok.iloc[positions], metric, statistic).dropna(subset=["value"])
         runs = runs[runs["value"] > 0]  # a figure of 0 (no samples) has no level to step from
         values = runs["value"].to_numpy()
-        cuts = change_points(values, min_relative_step=min_relative_step, z=z) if values.size > 1 else []
+        found = find_change_points(values, min_relative_step=min_relative_step, alpha=alpha) if values.size else []
+        cuts = [c.index for c in found]
         bounds = [0, *cuts, values.size]
         means = [values[a:b].mean() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         step = np.full(values.size, np.nan)
         verdicts = [""] * values.size
         rows = ok.iloc[positions]
-        for i, cut in enumerate(cuts):
+        for i, (cut, change) in enumerate(zip(cuts, found, strict=True)):
             step[cut] = means[i + 1] / means[i] - 1.0
             verdicts[cut] = _verdict(rows, runs["run_id"].iloc[bounds[i]:cut], runs["run_id"].iloc[cut:bounds[i + 2]],
-                                     METRICS[metric], statistic)
+                                     METRICS[metric], statistic, change.alpha)
         frames.append(runs.assign(point=name, label=label, **key, change_point=~np.isnan(step), step=step,
                                   verdict=verdicts, regression=[v == "regression" for v in verdicts]))
     columns = ["point", "label", *key_columns, "run_id", "git_commit", "started_at", "value", "change_point",

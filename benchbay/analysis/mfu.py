@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -28,7 +29,7 @@ from benchbay.record import FLOPS_PER_SAMPLE, MFU, PEAK_FLOPS, SAMPLES_PER_S_PER
 
 @dataclass(frozen=True)
 class Peak:
-    match: str  # case-insensitive substring of the device name
+    match: str  # whole words of the device name, in order (case-insensitive: "H200" is not "GH200")
     flops: float
     source: str
     datasheet: float | None = None  # the vendor's dense bf16 figure, where ``flops`` was measured
@@ -42,10 +43,19 @@ class Peak:
 
 #: first match wins, so specific names come before their family
 PEAKS: tuple[Peak, ...] = (
+    # a Grace Hopper's GPU is H100-class: its name holds no H100 and its H200-like token is GH200
+    # (989: third-party spec tables and torchtitan's, not checked against NVIDIA's GH200 sheet here)
+    Peak("GH200", 989e12, "H100-class GPU of the GH200, dense bf16 (1,979 with sparsity)", fp8=1979e12,
+         fp8_source="H100-class GPU of the GH200, dense fp8 (3,958 with sparsity)"),
+    # 600 W, not the 700 W SXM card the sustained H200 figure was measured on
+    Peak("H200 NVL", 835.5e12, "NVIDIA H200 NVL datasheet, dense bf16 (1,671 with sparsity)", fp8=1670.5e12,
+         fp8_source="NVIDIA H200 NVL datasheet, dense fp8 (3,341 with sparsity)"),
     Peak("H200", 698e12, "sustained: dense bf16 GEMM 8192^3 (torch 2.11, one H200 at its 700 W cap; 16384^3: "
                          "678), the ceiling a long step meets (datasheet: 989 dense)", 989e12,
          1320e12, "sustained: dense fp8 e4m3 GEMM 8192^3 with per-tensor scales (torch 2.11, torchao 0.18, issue "
                   "51; 16384^3: 1,221; datasheet: 1,979 dense)"),
+    Peak("H100 NVL", 835.5e12, "NVIDIA H100 NVL datasheet, dense bf16 (1,671 with sparsity)", fp8=1670.5e12,
+         fp8_source="NVIDIA H100 NVL datasheet, dense fp8 (3,341 with sparsity)"),
     Peak("H100 PCIe", 756e12, "NVIDIA H100 datasheet, PCIe, dense bf16", fp8=1513e12,
          fp8_source="NVIDIA H100 datasheet, PCIe, dense fp8"),
     Peak("H100", 989e12, "NVIDIA H100 datasheet, SXM, dense bf16", fp8=1979e12,
@@ -57,12 +67,22 @@ PEAKS: tuple[Peak, ...] = (
 )
 
 
+def _words(name: str) -> tuple[str, ...]:
+    return tuple(re.findall(r"[a-z0-9]+", name.lower()))
+
+
+def _names(device: str, match: str) -> bool:
+    """Whether the device's name holds the entry's words in a row: a substring would read
+    "NVIDIA GH200 480GB" as an H200 and "NVIDIA RTX A1000" as an A100."""
+    words, wanted = _words(device), _words(match)
+    return any(words[i:i + len(wanted)] == wanted for i in range(len(words) - len(wanted) + 1))
+
+
 def lookup_peak(device: str | None) -> Peak | None:
     """The table entry for a device name (None for CPUs, missing or unlisted devices)."""
     if not isinstance(device, str):
         return None
-    name = device.lower()
-    return next((p for p in PEAKS if p.match.lower() in name), None)
+    return next((p for p in PEAKS if _names(device, p.match)), None)
 
 
 def peak_flops_for(device: str | None, peak_flops: float | None = None,
@@ -95,26 +115,35 @@ def denominator(row: pd.Series | dict, peak_flops: float | None = None) -> tuple
     return (float(recorded), "as recorded") if _finite(recorded) and recorded > 0 else None
 
 
-def _achieved(row: pd.Series) -> float | None:
+def _achieved(row: pd.Series | dict) -> float | None:
+    """FLOP/s a GPU: FLOPs a sample times samples/s/GPU, else (a record without its FLOPs) the
+    recorded MFU times the peak it was recorded over."""
     flops, rate = row.get(FLOPS_PER_SAMPLE), row.get(SAMPLES_PER_S_PER_GPU)
-    return float(flops) * float(rate) if _finite(flops) and _finite(rate) else None
+    if _finite(flops) and _finite(rate):
+        return float(flops) * float(rate)
+    mfu, peak = row.get(MFU), row.get(PEAK_FLOPS)
+    return float(mfu) * float(peak) if _finite(mfu) and _finite(peak) and peak > 0 else None
 
 
 def _by_row(df: pd.DataFrame, figure, dtype) -> pd.Series:
     return df.apply(figure, axis=1).astype(dtype) if len(df) else pd.Series(dtype=dtype)
 
 
-def mfu_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.Series:
-    """MFU per row over :func:`denominator`'s peak; the record's own figure where it cannot be
-    recomputed (no FLOPs, rate or peak)."""
-    def row_mfu(row: pd.Series) -> float:
-        achieved, peak = _achieved(row), denominator(row, peak_flops)
-        if achieved is None or peak is None:
-            recorded = row.get(MFU)
-            return float(recorded) if peak_flops is None and _finite(recorded) else float("nan")
-        return achieved / peak[0]
+def row_mfu(row: pd.Series | dict, peak_flops: float | None = None) -> float:
+    """One record's MFU over :func:`denominator`'s peak; its own figure where it cannot be
+    recomputed (no FLOPs, rate or peak). Compare, gate and history judge this figure, as the report
+    shows it: records of one GPU hold peaks of their own runs' probes (799, 663, 658 TFLOP/s on one
+    H200), and a ratio of MFUs over two of them moves with the probe, not the speed."""
+    achieved, peak = _achieved(row), denominator(row, peak_flops)
+    if achieved is None or peak is None:
+        recorded = row.get(MFU)
+        return float(recorded) if peak_flops is None and _finite(recorded) else float("nan")
+    return achieved / peak[0]
 
-    return _by_row(df, row_mfu, float)
+
+def mfu_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.Series:
+    """MFU per row (:func:`row_mfu`)."""
+    return _by_row(df, lambda row: row_mfu(row, peak_flops), float)
 
 
 def peak_label_column(df: pd.DataFrame, peak_flops: float | None = None) -> pd.Series:

@@ -9,7 +9,11 @@ its smallest run, e.g. one node of 8 GPUs as in Wall-X's published 2 x 8 result:
 
 A configuration is the workload, its params and every knob, on one kind of GPU: its ok records
 from any suites and runs (e.g. one suite file run at several ``devices.nproc``) are pooled per
-world size (medians; memory as the maximum). Communication per step comes from profiled points
+world size: the step is the mean of their pooled steady steps, and samples/s (per GPU) is samples
+per step over it, as the sweep table and ``show`` give them
+(:func:`benchbay.analysis.compare.pooled_figure`): a median step beside a rate of the mean step
+would not divide into it; the rank spread and communication as medians, memory as the maximum.
+Communication per step comes from profiled points, its share of the step over that mean step
 (``benchbay.collect.profile``): the ``communication`` phase where the step marks one (the time the
 step spent in it), else the collectives among the top ops (NCCL kernels on CUDA; c10d/gloo
 operators and waits on CPU): their whole time, whether compute overlapped it or not.
@@ -26,6 +30,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from benchbay.analysis import plots
+from benchbay.analysis.compare import METRICS, pooled_figure
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, varying_columns
 from benchbay.analysis.tables import describe
 from benchbay.record import (
@@ -40,6 +45,8 @@ from benchbay.record import (
 COLUMNS = ("configuration", "gpu", "world_size", "nnodes", "repeats", SAMPLES_PER_S, SAMPLES_PER_S_PER_GPU,
            STEP_TIME_S, "speedup", "ideal_speedup", "efficiency", STEP_TIME_RANK_SPREAD,
            PEAK_MEM_RESERVED_GIB, "comm_s", "comm_share", "comm_source")
+#: the columns pooled as show gives them, by their compare metric (the mean step, rates over it)
+_POOLED = {SAMPLES_PER_S: "samples_per_s", SAMPLES_PER_S_PER_GPU: "samples_per_s_per_gpu", STEP_TIME_S: "step_time"}
 #: names of collective kernels (CUDA) and operators (CPU) in ``extra.profile_top_ops``
 COLLECTIVE = re.compile(r"nccl|c10d|gloo|record_param_comms|wait_tensor", re.IGNORECASE)
 
@@ -96,8 +103,8 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
             sizes.append({
                 "configuration": name, "gpu": None if is_missing(gpu) else gpu,
                 "world_size": int(world), "nnodes": int(nodes), "repeats": len(runs),
-                **{m: runs[m].median() for m in (SAMPLES_PER_S, SAMPLES_PER_S_PER_GPU, STEP_TIME_S,
-                                                 STEP_TIME_RANK_SPREAD, "comm_s")},
+                **{column: pooled_figure(runs, METRICS[name]) for column, name in _POOLED.items()},
+                **{m: runs[m].median() for m in (STEP_TIME_RANK_SPREAD, "comm_s")},
                 PEAK_MEM_RESERVED_GIB: runs[PEAK_MEM_RESERVED_GIB].max(),
                 "comm_source": next((s for s in runs["comm_source"] if isinstance(s, str)), None),
             })

@@ -15,10 +15,12 @@ What is here:
 - :func:`coefficient_of_variation`: std / mean of a sample.
 - :func:`per_process`, :func:`log_spread`, :func:`ratio_test`, :func:`repeats_needed`: above.
 - :func:`bootstrap_ratio`: ratio candidate/baseline of a statistic with a percentile interval from
-  a two-stage bootstrap (repeats, then the values within each); the tuner passes one value per
-  process, so its interval is over processes too. :func:`mean_interval`: of a few process values.
+  a two-stage bootstrap (repeats, then the values within each): for many repeats; over a few
+  processes it is far too narrow, where :func:`ratio_test` is the test. :func:`mean_interval`: the
+  t-interval of the mean of a few process values.
 - :func:`change_points`: circular binary segmentation on the log of a series (one value per run),
-  keeping a split when the step is large (relative) and clear of the noise within the levels.
+  keeping a split when the step is large (relative) and clear of the noise within the levels at a
+  level corrected for the many splits tried (:func:`find_change_points` says that level).
 """
 
 from __future__ import annotations
@@ -161,14 +163,20 @@ def bootstrap_ratio(
                          high=float(max(high, ratio)), confidence=confidence)
 
 
-def mean_interval(values: Sequence[float], confidence: float = 0.95, n_boot: int = 2000,
-                  seed: int = 0) -> tuple[float, float]:
-    """A percentile bootstrap interval of the mean of a few independent values (one per process)."""
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """The t-interval of the mean of a few independent values (one per process). Not a bootstrap:
+    resampling 3 values can only reach their own range ([min, max] at 95%), far too narrow for
+    what a fourth process might read. ValueError for fewer than two finite values."""
     sample = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = sample[rng.integers(0, sample.size, (n_boot, sample.size))].mean(axis=1)
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(means, [tail, 100.0 - tail])
+    sample = sample[np.isfinite(sample)]
+    if sample.size < 2:
+        raise ValueError("mean_interval: needs two or more finite values (one per process)")
+    mean, sem = float(sample.mean()), float(sample.std(ddof=1) / math.sqrt(sample.size))
+    if sem == 0:
+        return mean, mean
+    from scipy import stats
+
+    low, high = stats.t.interval(confidence, sample.size - 1, loc=mean, scale=sem)
     return float(low), float(high)
 
 
@@ -285,21 +293,38 @@ def repeats_needed(log_sd: float, change: float, *, earlier_df: int = 0, alpha: 
     return int(n[np.argmax(reached)]) if reached.any() else int(n[-1])
 
 
-def change_points(
-    values: Sequence[float], *, min_relative_step: float = 0.05, z: float = 3.0, min_size: int = 1
-) -> list[int]:
-    """Indices where the level of ``values`` (positive: times, rates, sizes) steps to a new one (the
-    index of the first new value).
+@dataclass(frozen=True)
+class ChangePoint:
+    """Where a series' level steps (the index of the first new value), and the level its split was
+    tested at: the family's alpha over the candidate splits of the segment it was found in."""
+
+    index: int
+    alpha: float
+
+
+def change_points(values: Sequence[float], *, min_relative_step: float = 0.05, alpha: float = 0.05,
+                  min_size: int = 1) -> list[int]:
+    """The indices of :func:`find_change_points`."""
+    return [c.index for c in find_change_points(values, min_relative_step=min_relative_step, alpha=alpha,
+                                                min_size=min_size)]
+
+
+def find_change_points(values: Sequence[float], *, min_relative_step: float = 0.05, alpha: float = 0.05,
+                       min_size: int = 1) -> list[ChangePoint]:
+    """Where the level of ``values`` (positive: times, rates, sizes) steps to a new one, in order.
 
     Circular binary segmentation on the logs: in a segment, find the stretch whose level differs
     most from the rest (largest ``n_in*n_out/n * (mean_in - mean_out)^2``; a stretch at either end
     is a single step), keep its ends as change points when the step is at least
-    ``min_relative_step`` AND at least ``z`` standard errors of the noise within the stretch and
-    within the rest (their pooled sd: a step is never its own noise, so a -44% step in a short
-    series stands out as a -11% one does in a long one, and a dip between two levels is found
-    whole; with a single value a side the size alone decides), then recurse into the parts.
-    ``min_size`` is the shortest segment allowed; with 1, a one-off spike shows as two change
-    points, and a change in the newest run is flagged at once.
+    ``min_relative_step`` AND its t against the noise within the stretch and within the rest (their
+    pooled sd, n - 2 degrees of freedom: a step is never its own noise, so a -44% step in a short
+    series stands out as a -11% one does in a long one) is significant at ``alpha`` over the number
+    of candidate splits (Bonferroni: the largest of some hundred t's of pure noise clears 3 in one
+    series of two), then recurse into the parts. Under no change (normal noise on the log scale), a
+    series gets a change point with probability at most ``alpha``. Three values are the fewest that
+    can show one (two say nothing of the noise). ``min_size`` is the shortest segment allowed; with
+    1, a one-off spike shows as two change points, and a change in the newest run is flagged at once
+    when it clears the noise.
     """
     x = np.asarray(values, dtype=float)
     if np.isnan(x).any():
@@ -307,11 +332,11 @@ def change_points(
     if (x <= 0).any():
         raise ValueError("change_points: the series holds a value <= 0; expected times, rates or sizes")
     x = np.log(x)
-    found: list[int] = []
+    found: list[ChangePoint] = []
 
     def split(lo: int, hi: int) -> None:
         n = hi - lo
-        if n < 2 * min_size:
+        if n < max(3, 2 * min_size):
             return
         sums = np.concatenate([[0.0], np.cumsum(x[lo:hi])])
         squares = np.concatenate([[0.0], np.cumsum(x[lo:hi] ** 2)])
@@ -322,6 +347,9 @@ def change_points(
         start, stop, inside = start[allowed], stop[allowed], inside[allowed]
         if not start.size:
             return
+        # distinct splits: the stretch [0:k] against the rest is [k:n] against the rest
+        tested = len(set(zip(np.where(start == 0, stop, start).tolist(), np.where(start == 0, n, stop).tolist(),
+                             strict=True)))
         sum_in, square_in = sums[stop] - sums[start], squares[stop] - squares[start]
         mean_in, mean_out = sum_in / inside, (sums[-1] - sum_in) / (n - inside)
         gain = inside * (n - inside) / n * (mean_in - mean_out) ** 2
@@ -329,15 +357,23 @@ def change_points(
         m, step = int(inside[best]), float(mean_in[best] - mean_out[best])
         within = (square_in[best] - sum_in[best] ** 2 / m) + \
             (squares[-1] - square_in[best] - (sums[-1] - sum_in[best]) ** 2 / (n - m))
-        noise = math.sqrt(max(within, 0.0) / (n - 2)) if n > 2 else 0.0
-        large = abs(math.expm1(step)) >= min_relative_step
-        clear = abs(step) > z * noise * math.sqrt(1.0 / m + 1.0 / (n - m))
-        if large and clear:
-            cuts = [lo + int(c) for c in (start[best], stop[best]) if 0 < c < n]
-            found.extend(cuts)
-            bounds = [lo, *cuts, hi]
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-                split(a, b)
+        se = math.sqrt(max(within, 0.0) / (n - 2) * (1.0 / m + 1.0 / (n - m)))
+        if abs(math.expm1(step)) < min_relative_step or not _significant(abs(step), se, n - 2, alpha / tested):
+            return
+        cuts = [lo + int(c) for c in (start[best], stop[best]) if 0 < c < n]
+        found.extend(ChangePoint(cut, alpha / tested) for cut in cuts)
+        bounds = [lo, *cuts, hi]
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            split(a, b)
 
     split(0, x.size)
-    return sorted(found)
+    return sorted(found, key=lambda c: c.index)
+
+
+def _significant(step: float, se: float, df: int, alpha: float) -> bool:
+    """A two-sided t-test of a step against its standard error; a step over no noise at all is one."""
+    if se <= 1e-12 * max(step, 1.0):  # rounding of equal logs
+        return step > 0
+    from scipy import stats
+
+    return bool(2 * stats.t.sf(step / se, df) <= alpha)

@@ -1,12 +1,16 @@
 """The tune's last stage: the best few feasible trials measured again (``tune.confirm``), then each
-over all its processes, with its interval and whether it ties with the winner."""
+over all its processes, with its interval and whether it ties with the winner.
+
+Both are over processes, a handful of values: the mean's is a t-interval and the tie is
+:func:`benchbay.analysis.stats.ratio_test` (a t-test of the log values), not a bootstrap, whose
+interval over 3 values is their range and called identical configurations apart one time in five."""
 
 from __future__ import annotations
 
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from benchbay.analysis.stats import bootstrap_ratio, mean_interval
+from benchbay.analysis.stats import mean_interval, ratio_test
 from benchbay.progress import describe
 from benchbay.record import Record
 from benchbay.tune.trials import Trial
@@ -52,8 +56,8 @@ class ConfirmStage:
 
     def confirmed(self) -> list[dict[str, Any]]:
         """Each candidate over all its processes (the trial and its repeats): every value, their mean
-        and its interval (processes resampled), whether every run met the constraints, and whether it
-        is tied with the winner (its ratio's interval holds 1)."""
+        and its t-interval, whether every run met the constraints, and whether it is tied with the
+        winner (the interval of its ratio of means, :func:`ratio_test` over the processes, holds 1)."""
         rows = []
         for trial in self.candidates():
             runs = [trial.record, *(r for r in self.confirm_records if r.extra.get(CONFIRMS) == trial.number)]
@@ -71,9 +75,9 @@ class ConfirmStage:
         winner = max(good, key=lambda r: sign * r["mean"])
         for row in rows:
             row["winner"] = row is winner
-            if row is not winner and row in good and len(row["values"]) > 1 and len(winner["values"]) > 1:
-                ratio = bootstrap_ratio([[v] for v in winner["values"]], [[v] for v in row["values"]],
-                                        statistic="mean")
-                row["ratio"], row["ratio_low"], row["ratio_high"] = ratio.ratio, ratio.low, ratio.high
-                row["tie"] = not ratio.excludes_one
+            if row is not winner and row in good and len(row["values"]) > 1 and len(winner["values"]) > 1 \
+                    and min(*row["values"], *winner["values"]) > 0:  # a ratio of logs: positive values only
+                test = ratio_test(winner["values"], row["values"], ratio=row["mean"] / winner["mean"])
+                row["ratio"], row["ratio_low"], row["ratio_high"] = test.ratio, test.low, test.high
+                row["tie"] = not test.excludes_one
         return rows

@@ -31,8 +31,8 @@ def tune_blocks(result: dict[str, Any], stem: str, out_dir: Path) -> list[Block]
     if result["confirmed"]:
         blocks += [Heading("Confirmed", 4),
                    Text("The best trials measured again, each run a process of its own: the mean over the runs, "
-                        "its 95% interval (runs resampled), and against the winner the ratio's interval; one that "
-                        "holds 1 is a tie (within the noise between processes)."),
+                        "its 95% t-interval, and against the winner the ratio's 95% interval (a t-test over the "
+                        "runs); one that holds 1 is a tie (within the noise between processes)."),
                    Table(_confirmed_table(result["confirmed"]))]
     importances = {k: v for k, v in result["importances"].items() if isinstance(v, (int, float))}
     if importances:

@@ -22,9 +22,11 @@ from benchbay.store import (
     SAFE_NAME,
     find_runs,
     load_runs,
+    read_manifest,
     read_records,
     record_lines,
     refuse_links,
+    write_json,
 )
 
 if TYPE_CHECKING:
@@ -97,6 +99,9 @@ def save_baseline(run_dirs: str | Path | list[str | Path], name: str, results_ro
         raise ValueError(f"runs of several machines cannot make one baseline: {sorted(keys)}")
     key = keys.pop()
     _check_name(key, "machine key")
+    for run in runs:  # the gate's own check: a baseline it would refuse is never saved
+        _check_readable(run)
+    manifest = _stored_manifest(runs[0])
     target = refuse_links(Path(results_root) / BASELINES_DIR / key / name, results_root)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
@@ -105,8 +110,8 @@ def save_baseline(run_dirs: str | Path | list[str | Path], name: str, results_ro
             data = (run / RECORDS).read_bytes()
             # a run that ends in a torn line: the next run's first record starts a line of its own
             out.write(data if data.endswith(b"\n") or not data else data + b"\n")
-    if (runs[0] / MANIFEST).is_file():
-        shutil.copy2(runs[0] / MANIFEST, staging / MANIFEST)
+    if manifest:
+        write_json(staging, MANIFEST, manifest)
     if target.exists():
         retired = Path(tempfile.mkdtemp(prefix=f".{name}-old-", dir=target.parent))
         target.rename(retired / name)
@@ -115,6 +120,13 @@ def save_baseline(run_dirs: str | Path | list[str | Path], name: str, results_ro
     else:
         staging.rename(target)
     return target
+
+
+def _stored_manifest(run: Path) -> dict:
+    """A run's manifest as parsed (never a copy of a link's target: the link could name any file)."""
+    if (run / MANIFEST).is_symlink():
+        raise ValueError(f"{run / MANIFEST}: a symbolic link; a baseline copies no file through a link")
+    return read_manifest(run)
 
 
 def list_baselines(results_root: str | Path = "results", machine_key: str | None = None) -> list[Path]:
@@ -146,7 +158,9 @@ def find_baseline(results_root: str | Path, machine_key: str, *, name: str | Non
 
 def stored_runs(results_root: str | Path, suite: str | None) -> pd.DataFrame | None:
     """Every stored run of ``suite`` under ``results_root``, any machine, as one frame (None: none)."""
-    if not suite or not (Path(results_root) / suite).is_dir():
+    # a stored suite name is untrusted: 5 or '../elsewhere' must not pick a folder to read
+    if not isinstance(suite, str) or not SAFE_NAME.fullmatch(suite) or suite == BASELINES_DIR \
+            or not (Path(results_root) / suite).is_dir():
         return None
     try:
         frame = load_runs(find_runs([Path(results_root) / suite]))

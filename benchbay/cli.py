@@ -37,7 +37,7 @@ regression (gate); 2 bad input or a missing dependency; 3 out of --time-budget;
 Bad input is said in one line; set BENCHBAY_TRACEBACK=1 for the traceback behind it."""
 
 #: what bad input raises (an unknown run, suite, metric or file; a malformed value): one line, exit 2
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError)
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError)
 
 
 def _amount(text: str) -> float:
@@ -244,6 +244,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unreadable(exc: OSError) -> bool:
+    """Whether a permission error was a read's: its file exists and may not be read (a write's
+    names a file that may be read, or none yet)."""
+    name = exc.filename
+    return isinstance(exc, PermissionError) and isinstance(name, (str, bytes, os.PathLike)) \
+        and os.path.exists(name) and not os.access(name, os.R_OK)
+
+
 def main(argv: list[str] | None = None) -> int:
     # a suite's module:Class in the working directory imports, as under `python -m benchbay` (the
     # installed script put only its own folder first); last, so that no file there shadows a package
@@ -263,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a full disk or a read-only folder (a report, a baseline): said in one line
         if exc.errno not in UNWRITABLE or os.environ.get("BENCHBAY_TRACEBACK"):
             raise
+        if _unreadable(exc):  # a file the user named that may not be read: bad input, not the store
+            print(f"benchbay {args.command}: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+            return 2
         print(f"benchbay {args.command}: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 4
 

@@ -272,7 +272,5 @@ def export_pytest_benchmark(source: pd.DataFrame | str | Path, out_path: str | P
         "datetime": str(ok["started_at"].min()) if "started_at" in ok else None,
         "version": pytest_benchmark_version,
     }
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(doc, indent=2, default=str))
-    return out_path
+    out_path = store.writable_file(out_path, "export-pytest-benchmark")  # an existing folder, no link
+    return store.write_atomic(out_path, json.dumps(doc, indent=2, default=str).encode())

@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -265,7 +266,11 @@ def _check_values(data: dict[str, Any]) -> None:
 def _number(value: Any) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
-    return value is None or isinstance(value, int) and not isinstance(value, bool)
+    # an integer must fit a float: 10**400 passed here and overflowed in compare and the gate
+    return value is None or isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_FLOAT_INT
+
+
+_MAX_FLOAT_INT = int(sys.float_info.max)
 
 
 def _plain(value: Any) -> bool:

@@ -67,6 +67,8 @@ def run_dir(root: str | Path, suite: str, run_id: str) -> Path:
         if not isinstance(value, str) or not SAFE_NAME.fullmatch(value):
             raise ValueError(f"{what} {value!r}: expected one path component of letters, digits, '.', '_' "
                              "and '-', starting with a letter or digit")
+    if suite == BASELINES_DIR:  # that folder holds the baselines' machine folders, not a suite's runs
+        raise ValueError(f"suite name {suite!r}: reserved for the baselines' folder; name the suite otherwise")
     return Path(root) / suite / run_id
 
 
@@ -387,6 +389,8 @@ def writable_file(path: str | Path, what: str) -> Path:
     """A file benchbay is asked to write (``--export``, ``--markdown``): its folder must exist
     already; a typo must not create folders anywhere the user can write."""
     path = Path(path)
+    if path.is_symlink():  # a planted link would aim the write at any file the user can write
+        raise ValueError(f"{what} {path}: a symbolic link; benchbay writes nothing through a link")
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{what} {path}: no folder {path.parent} (create it first)")
     if path.is_dir():
@@ -398,13 +402,13 @@ def export(df: pd.DataFrame, path: str | Path) -> Path:
     """Parquet or CSV by the file's suffix (list columns are kept in Parquet, JSON text in CSV)."""
     path = writable_file(path, "--export")
     if path.suffix == ".parquet":
-        df.to_parquet(path)
+        data = df.to_parquet()
     elif path.suffix == ".csv":
         flat = df.copy()
         for col in flat.columns:
             if flat[col].map(lambda v: isinstance(v, (list, dict))).any():
                 flat[col] = flat[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
-        flat.to_csv(path, index=False)
+        data = flat.to_csv(index=False).encode()
     else:
         raise ValueError(f"{path}: export as .parquet or .csv")
-    return path
+    return write_atomic(path, data)  # whole or not at all, and never through a link

@@ -928,3 +928,115 @@ def test_a_baseline_name_that_no_reader_would_find_is_refused(tmp_path, name):
     with pytest.raises(ValueError, match="invalid baseline name"):
         save_baseline([tmp_path], name, tmp_path / "results")
     assert not (tmp_path / "results").exists()
+
+
+# ---- tampered manifests, oversized numbers, links and reserved names --------------------------------
+
+def _tamper(run, **suite_as_run):
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, **suite_as_run}))
+
+
+@pytest.mark.parametrize("tampered, key", [
+    ({"suite_as_run": ["s"]}, "suite_as_run"),
+    ({"suite_as_run": {"name": "s", "breakdown": 5}}, "suite_as_run.breakdown"),
+    ({"suite_as_run": {"name": "s", "sweep": {"search": 5}}}, "suite_as_run.sweep.search"),
+    ({"suite_as_run": {"name": "s", "sweep": {"search": {"max": "x"}}}}, "suite_as_run.sweep.search.max"),
+    ({"suite_as_run": {"name": "s", "equivalent_tolerance": [1]}}, "suite_as_run.equivalent_tolerance"),
+    ({"suite_as_run": {"name": "s", "equivalent": [[["a"]], 5]}}, "suite_as_run.equivalent[0]"),
+    ({"suite_as_run": {"name": "../x"}}, "suite_as_run.name"),
+    ({"suite_as_run": {"name": "s"}, "suite": 5}, "suite"),
+])
+def test_a_tampered_stored_suite_is_one_line_naming_the_manifest_and_key(tmp_path, capsys, tampered, key):
+    from benchbay import cli
+
+    run = _stored(tmp_path, "r")
+    _tamper(run, **tampered)
+    assert cli.main(["show", "r", "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'manifest.json'}: {key}: expected" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("suite", [5, "../elsewhere", "baselines"])
+def test_a_stored_suite_name_never_picks_a_folder_to_read(tmp_path, suite):
+    from benchbay.baselines import stored_runs
+
+    (tmp_path / "elsewhere").mkdir()
+    _stored(tmp_path / "root", "r")
+    assert stored_runs(tmp_path / "root", suite) is None
+
+
+def test_an_integer_metric_too_large_for_a_float_is_not_a_record(tmp_path):
+    from benchbay.record import validate
+
+    with pytest.raises(ValueError, match="metrics.step_time_s: expected a finite number"):
+        validate(_record(metrics={"step_time_s": 10**400}).to_json())
+    assert validate(_record(metrics={"step_time_s": 10**300}).to_json())
+
+
+def test_a_suite_path_through_a_file_and_an_unreadable_file_are_bad_input(tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    from benchbay import cli
+
+    path = write_suite(tmp_path / "s.yaml", SWEEP)
+    assert cli.main(["validate", str(path / "x.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    secret = tmp_path / "secret.json"
+    secret.write_text("{}")
+
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(secret))
+
+    monkeypatch.setattr("benchbay.commands.interop.one_run", denied)
+    monkeypatch.setattr(cli.os, "access", lambda name, mode: False)  # tests may run as root
+    assert cli.main(["export-pytest-benchmark", "r", str(tmp_path / "o.json")]) == 2
+    assert f"cannot read {secret}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["show", "r", "--export", "{out}.csv"], ["gate", "r", "--markdown", "{out}.md"],
+                                  ["export-pytest-benchmark", "r", "{out}.json"]])
+def test_an_output_path_that_is_a_link_is_refused_and_its_target_kept(tmp_path, capsys, argv):
+    from benchbay import cli
+
+    _stored(tmp_path / "results", "r")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    out = tmp_path / "out"
+    for suffix in (".csv", ".json", ".md"):
+        (tmp_path / f"out{suffix}").symlink_to(victim)
+    assert cli.main([a.format(out=out) for a in argv] + ["--results", str(tmp_path / "results")]) == 2
+    assert "a symbolic link" in capsys.readouterr().err and victim.read_text() == "keep"
+
+
+def test_export_pytest_benchmark_creates_no_folder(tmp_path, capsys):
+    from benchbay import cli
+
+    _stored(tmp_path / "results", "r")
+    assert cli.main(["export-pytest-benchmark", "r", str(tmp_path / "new" / "o.json"),
+                     "--results", str(tmp_path / "results")]) == 2
+    assert not (tmp_path / "new").exists()
+
+
+def test_baseline_save_refuses_a_linked_manifest_and_a_torn_run(tmp_path, capsys):
+    from benchbay import cli
+
+    results = tmp_path / "results"
+    run = _stored(results, "r")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    (run / "manifest.json").unlink()
+    (run / "manifest.json").symlink_to(secret)
+    assert cli.main(["baseline", "save", "r", "--results", str(results)]) == 2
+    assert "a symbolic link" in capsys.readouterr().err and not (results / "baselines").exists()
+    torn = _stored(results, "t")
+    with open(torn / "records.jsonl", "a") as f:
+        f.write(_line()[:40])
+    assert cli.main(["baseline", "save", "t", "--results", str(results)]) == 2
+    assert "an unreadable baseline" in capsys.readouterr().err and not list((results / "baselines").rglob("*.jsonl"))
+
+
+def test_an_import_under_the_baselines_folder_name_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="reserved for the baselines"):
+        run_dir(tmp_path, "baselines", "r")

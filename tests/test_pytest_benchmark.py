@@ -119,6 +119,7 @@ def test_gate_on_imported_runs(real_json, tmp_path):
 
 def test_export_round_trips_and_pytest_benchmark_compare_reads_it(real_json, tmp_path):
     run = import_pytest_benchmark(real_json, tmp_path / "results", suite="tiny")
+    (tmp_path / "export").mkdir()  # the export creates no folder (a typo must not)
     out = export_pytest_benchmark(run, tmp_path / "export" / "0001_benchbay.json")
     original, exported = json.loads(real_json.read_text()), json.loads(out.read_text())
     assert exported["machine_info"] == original["machine_info"]

@@ -231,3 +231,74 @@ def test_every_committed_suite_validates(path, tmp_path, monkeypatch):
         monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     points = load(path).expand()
     assert points and any(not p.excluded for p in points)
+
+
+# ---- bad input: each a problem naming the file and the key -----------------------------------------
+
+SMALL = f"""
+name: s
+workload: {{name: "{TINY}", params: {{width: 8}}}}
+steps: {{warmup: 1, measure: 2}}
+"""
+
+
+@pytest.mark.parametrize("override, key", [
+    ("sweep.search={min: 1, max: 8, zero_retries: 'no'}", "sweep.search.zero_retries"),
+    ("sweep.search={min: 1, max: 8, headroom_gib: -1}", "sweep.search.headroom_gib"),
+    ("steps.steady=[true, 2]", "steps.steady"),
+    ("knobs.mbs=100000000000000000000000000000000", "knobs.mbs"),
+    ("knobs.seed=9223372036854775808", "knobs.seed"),
+    ("workload.params.width=[1, 2]", "workload.params.width"),
+    ("workload.params.width={cpu: [1, 2]}", "workload.params.width"),
+    ("workload.params.step_s=.nan", "workload.params.step_s"),
+    ("workload.params.step_s=.inf", "workload.params.step_s"),
+    ("tune={space: {mbs: {min: 1, max: 1" + "0" * 400 + "}}}", "tune.space.mbs"),
+])
+def test_a_bad_value_is_a_problem_naming_its_key(tmp_path, override, key):
+    with pytest.raises(SuiteError) as err:
+        load(write_suite(tmp_path / "s.yaml", SMALL), [override])
+    assert key in [p.key for p in err.value.problems] and str(tmp_path / "s.yaml") in str(err.value)
+
+
+def test_a_huge_list_param_is_refused_quickly_and_named_by_its_length(tmp_path):
+    with pytest.raises(SuiteError, match=r"workload.params.width: .*a list of 80000"):
+        load(write_suite(tmp_path / "s.yaml", SMALL), ["workload.params.width=[" + "1," * 80_000 + "]"])
+
+
+def test_an_alias_bomb_in_a_set_value_is_refused_before_it_expands(tmp_path):
+    bomb = "[&a [x,x,x,x,x,x,x,x,x], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], &c [*b,*b,*b,*b,*b,*b,*b,*b,*b], " \
+           "&d [*c,*c,*c,*c,*c,*c,*c,*c,*c], &e [*d,*d,*d,*d,*d,*d,*d,*d,*d], &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]]"
+    with pytest.raises(SuiteError, match="aliases are expanded"):
+        load(write_suite(tmp_path / "s.yaml", SMALL), [f"workload.params.width={bomb}"])
+
+
+def test_an_integer_too_long_for_python_names_the_file_and_the_set_key(tmp_path):
+    path = write_suite(tmp_path / "s.yaml", SMALL)
+    with pytest.raises(SuiteError) as err:
+        load(path, ["repeats=" + "9" * 5000])
+    assert [p.key for p in err.value.problems] == ["--set repeats"]
+    write_suite(path, SMALL + "repeats: " + "9" * 5000 + "\n")
+    with pytest.raises(SuiteError) as err:
+        load(path)
+    assert err.value.problems[0].file == str(path)
+
+
+@pytest.mark.parametrize("workload", [".rel:X", ":X", "no_such_module_xyz:X"])
+def test_a_workload_reference_that_cannot_import_is_a_problem_naming_the_key(tmp_path, workload):
+    with pytest.raises(SuiteError) as err:
+        load(write_suite(tmp_path / "s.yaml", f"name: s\nworkload: '{workload}'\n"))
+    assert [p.key for p in err.value.problems] == ["workload.name"]
+    assert "expected 'module:Class'" in str(err.value)
+
+
+def test_a_suite_path_through_a_file_is_a_missing_file(tmp_path):
+    path = write_suite(tmp_path / "s.yaml", SMALL)
+    with pytest.raises(SuiteError, match="does not exist"):
+        load(path / "x.yaml")
+
+
+@pytest.mark.parametrize("extra, key", [("gate: ['step_time:5']", "gate[0]"), ("description: [1]", "description")])
+def test_a_bad_gate_threshold_or_description_is_refused_at_validation(tmp_path, extra, key):
+    with pytest.raises(SuiteError) as err:
+        load(write_suite(tmp_path / "s.yaml", SMALL + extra + "\n"))
+    assert [p.key for p in err.value.problems] == [key]

@@ -61,7 +61,7 @@ def cmd_gate(args) -> int:
     from benchbay.analysis.diff_pointer import diff_pointers, format_pointers
     from benchbay.analysis.gate import format_no_baseline, gate
     from benchbay.baselines import run_machine_key
-    from benchbay.store import load_runs, read_manifest, writable_file
+    from benchbay.store import load_runs, read_manifest, writable_file, write_atomic
     from benchbay.suite.model import SuiteMeta
 
     if args.markdown:  # before the gate: its verdict must not be lost to a bad path after it
@@ -75,7 +75,7 @@ def cmd_gate(args) -> int:
         exit_code = 1 if args.require_baseline else 0
     else:
         candidate = load_runs([run])
-        thresholds = args.threshold or SuiteMeta.from_raw(manifest.get("suite_as_run") or {}).gate or None
+        thresholds = args.threshold or SuiteMeta.of_run(run).gate or None
         result = gate(load_runs([baseline]), candidate, thresholds,
                       loss_checks=_loss_checks(candidate, args.loss_equivalence), ignore_knobs=args.ignore_knob,
                       require_comparison=args.require_baseline, history=_machine_history(run, args.results))
@@ -84,7 +84,7 @@ def cmd_gate(args) -> int:
         exit_code = result.exit_code
     print(text)
     if args.markdown:
-        Path(args.markdown).write_text(text + "\n")
+        write_atomic(writable_file(args.markdown, "--markdown"), (text + "\n").encode())
     return exit_code
 
 

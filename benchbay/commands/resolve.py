@@ -46,14 +46,18 @@ def one_run(ref: str, results: str) -> Path:
 def suite_metas(runs) -> dict:
     """What analysis reads of each suite the runs ran, from their manifests (never importing a
     workload they name: ``SuiteMeta``)."""
-    from benchbay.store import read_manifest
+    from benchbay.store import MANIFEST, SAFE_NAME, read_manifest
     from benchbay.suite.model import SuiteMeta
 
     metas = {}
     for run in runs:
-        manifest = read_manifest(run)
+        manifest, source = read_manifest(run), str(Path(run) / MANIFEST)
         if manifest.get("suite_as_run"):
-            metas[manifest["suite"]] = SuiteMeta.from_raw(manifest["suite_as_run"])
+            suite = manifest.get("suite")
+            if not isinstance(suite, str) or not SAFE_NAME.fullmatch(suite):  # it names report folders
+                raise ValueError(f"{source}: suite: expected a suite name (letters, digits, '.', '_' and '-'), "
+                                 f"not {suite!r}")
+            metas[suite] = SuiteMeta.from_raw(manifest["suite_as_run"], source)
     return metas
 
 

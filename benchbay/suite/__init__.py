@@ -89,6 +89,8 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Suite
     raw = read(path)
     for item in overrides:
         _apply_override(raw, item, str(path))
+    if overrides:  # a --set value's aliases expand as a file's do
+        _bounded_size(raw, str(path))
     return from_dict(raw, str(path))
 
 
@@ -109,8 +111,10 @@ def read(path: str | Path) -> dict[str, Any]:
         if path.stat().st_size > MAX_BYTES:
             raise _TooLarge(f"at most {MAX_BYTES} bytes")
         raw = _bounded_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # s/ok.yaml/x.yaml: a file where a folder was named
         raise SuiteError([Problem(str(path), "<file>", "the file does not exist")]) from None
+    except PermissionError as exc:
+        raise SuiteError([Problem(str(path), "<file>", f"a file benchbay may read ({exc.strerror})")]) from None
     except _TooLarge as exc:
         raise SuiteError([Problem(str(path), "<file>", str(exc))]) from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -118,10 +122,16 @@ def read(path: str | Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<file>"
         raise SuiteError([Problem(str(path), where, f"valid YAML ({getattr(exc, 'problem', None) or exc})")]) from None
+    except ValueError as exc:  # a value YAML parses but Python refuses: an integer of over 4300 digits
+        raise SuiteError([Problem(str(path), "<file>", f"valid values ({exc})")]) from None
     if not isinstance(raw, dict):
         raise SuiteError([Problem(str(path), "<top level>", "a mapping of suite keys")])
+    return _bounded_size(raw, str(path))
+
+
+def _bounded_size(raw: dict[str, Any], file: str) -> dict[str, Any]:
     if _larger_than(raw, MAX_NODES):
-        raise SuiteError([Problem(str(path), "<file>", f"at most {MAX_NODES} values once its aliases are "
+        raise SuiteError([Problem(file, "<file>", f"at most {MAX_NODES} values once its aliases are "
                                   "expanded (nested aliases expand exponentially)")])
     return raw
 
@@ -138,7 +148,7 @@ def _apply_override(raw: dict[str, Any], item: str, file: str) -> None:
             raise SuiteError([Problem(file, f"--set {key}", f"{part!r} to be a mapping")])
     try:
         node[last] = parse_scalar(value)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer of over 4300 digits
         why = getattr(exc, "problem", None) or exc
         raise SuiteError([Problem(file, f"--set {key}", f"a YAML value, got {value!r} ({why})")]) from None
 

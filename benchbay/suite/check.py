@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchbay import knobs as knob_table
+from benchbay.analysis.thresholds import parse_threshold
 from benchbay.store import BASELINES_DIR, SAFE_NAME
 from benchbay.suite import tune as tune_space
 from benchbay.suite.model import (
@@ -89,6 +90,12 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
         if label not in labels:
             v.error(f"breakdown[{i}]", f"a label of sweep.points ({sorted(x for x in labels if x)}), got {label!r}")
     gate = v.list_of(raw, "gate", str)
+    for i, text in enumerate(gate):  # here, not first at `benchbay gate` after validate said valid
+        try:
+            parse_threshold(text)
+        except ValueError as exc:
+            v.error(f"gate[{i}]", str(exc))
+    description = v.typed(raw, "description", str) or ""
     profile = v.list_of(raw, "profile", str)
     if steps.max_measure_s is not None:
         if profile:  # the profiler's schedule counts the measured steps
@@ -113,7 +120,7 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
     if tune is not None and search is not None:
         v.error("tune", "no sweep.search beside it (the tune searches the batch itself)")
     v.raise_if_any()
-    suite = Suite(name=name, workload=workload_name, path=file, description=raw.get("description", ""),
+    suite = Suite(name=name, workload=workload_name, path=file, description=description,
                   params=params, knobs=knobs, points=points, grid=grid, zip=zipped, exclude=exclude, search=search,
                   steps=steps, repeats=repeats, timeout=float(timeout), compile_cache=compile_cache, devices=devices,
                   breakdown=breakdown, equivalent=equivalent, equivalent_tolerance=tolerance, gate=gate,
@@ -212,6 +219,8 @@ class Validator:
                     continue
                 if not self.device_values(value, here):
                     continue
+            if not self.param_values(cls, key, value, here):
+                continue
             if key in PATH_PARAMS:
                 self.existing_paths(value, here)
             elif key in cls.param_values:
@@ -219,6 +228,17 @@ class Validator:
                     if one is not None and one not in cls.param_values[key]:
                         self.error(here, f"one of {list(cls.param_values[key])}, got {one!r}")
         return name, params, cls
+
+    def param_values(self, cls: type[Workload], key: str, value, where: str) -> bool:
+        """A param's values are single finite values (an 80,000-element list validated for minutes),
+        except a mapping param's and a command's (its own check: argv is a list)."""
+        if key in cls.mapping_params or cls.name == "command":
+            return True
+        for one in _values(value):
+            if isinstance(one, (list, dict)) or isinstance(one, float) and not math.isfinite(one):
+                self.error(where, f"a single finite value (or one per device type), got {_kind(one)}")
+                return False
+        return True
 
     def device_values(self, value: dict, where: str) -> bool:
         """A per-device param's entries: a value each; CUDA's may be one per card memory class
@@ -260,6 +280,8 @@ class Validator:
         expected = knob_table.check_value(cls, name, value)
         if expected:
             self.error(where, f"{expected}, got {value!r}")
+        elif name in _KNOB_MAX and _integer(value) and value > _KNOB_MAX[name]:  # 10**32 validated
+            self.error(where, f"an integer <= {_KNOB_MAX[name]}, got {value!r}")
 
     def sweep(self, sweep: dict, cls: type[Workload] | None, knobs: dict) -> tuple[list, dict, dict, list]:
         """The sweep's points, grid, zip and exclude rules, and the suite's knobs, each checked
@@ -345,7 +367,7 @@ class Validator:
             self.error("steps.measure", f"an integer from 1 to {MAX_STEPS}, got {measure!r}")
             measure = Steps.measure
         steady = node.get("steady", "all")
-        if isinstance(steady, list) and len(steady) == 2 and all(isinstance(x, int) for x in steady):
+        if isinstance(steady, list) and len(steady) == 2 and all(map(_integer, steady)):
             steady = tuple(steady)
         elif steady not in ("all", "auto"):
             self.error("steps.steady", f"'all', 'auto' or [first, end) step indices, got {steady!r}")
@@ -408,13 +430,25 @@ class Validator:
             self.error("sweep.search.step", f"a positive integer dividing min and max, got {step!r}")
             step = 1
         headroom = node.get("headroom_gib")
-        if headroom is not None and not _number(headroom):
-            self.error("sweep.search.headroom_gib", f"a finite number of GiB, got {headroom!r}")
+        if headroom is not None and (not _number(headroom) or headroom < 0):
+            self.error("sweep.search.headroom_gib", f"a finite number of GiB >= 0, got {headroom!r}")
             headroom = None
+        zero_retries = node.get("zero_retries", False)
+        if not isinstance(zero_retries, bool):  # YAML 1.2: 'no' is a string here, and was truthy
+            self.error("sweep.search.zero_retries", f"true or false, got {zero_retries!r}")
         snapshots = node.get("memory_snapshots", True)
         if not isinstance(snapshots, bool):
             self.error("sweep.search.memory_snapshots", f"true or false, got {snapshots!r}")
-        return Search(knob, lo, hi, headroom, bool(node.get("zero_retries", False)), step, bool(snapshots))
+        return Search(knob, lo, hi, headroom, zero_retries is True, step, snapshots is True)
+
+
+#: the largest value of a generic integer knob: a batch beyond the search's cap, a seed beyond int64
+_KNOB_MAX = {"mbs": MAX_SEARCH, "seed": 2**63 - 1}
+
+
+def _kind(value) -> str:
+    """A value as an error names it: its type and length, not an 80,000-element repr."""
+    return f"a {type(value).__name__} of {len(value)}" if isinstance(value, (list, dict)) else repr(value)
 
 
 def _values(value) -> list:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from benchbay import knobs as knob_table
-from benchbay.store import point_id, read_manifest
+from benchbay.store import MANIFEST, SAFE_NAME, point_id, read_manifest
 from benchbay.suite.tune import Tune
 from benchbay.workloads import registry
 
@@ -238,27 +238,83 @@ class SuiteMeta:
         return cls(**{f.name: getattr(suite, f.name) for f in fields(cls)})
 
     @classmethod
-    def from_raw(cls, raw: Mapping[str, Any]) -> SuiteMeta:
-        """A suite's mapping as a manifest keeps it, written by any version: absent keys take their defaults."""
-        search = (raw.get("sweep") or {}).get("search")
+    def from_raw(cls, raw: Any, source: str = "<manifest>") -> SuiteMeta:
+        """A suite's mapping as a manifest keeps it, written by any version: absent keys take their
+        defaults; a key of the wrong type (a tampered manifest) is a ValueError naming ``source``."""
+        check = _StoredCheck(source)
+        raw = check.mapping(raw, "suite_as_run") or {}
+        sweep = check.mapping(raw.get("sweep"), "suite_as_run.sweep") or {}
+        search = check.mapping(sweep.get("search"), "suite_as_run.sweep.search")
         known = {f.name for f in fields(Search)}
-        return cls(name=raw.get("name", ""), description=raw.get("description") or "",
-                   breakdown=list(raw.get("breakdown") or []),
-                   search=None if search is None else Search(**{k: v for k, v in search.items() if k in known}),
-                   equivalent=list(raw.get("equivalent") or []),
-                   equivalent_tolerance=dict(raw.get("equivalent_tolerance") or {}),
-                   price_per_gpu_hour=raw.get("price_per_gpu_hour"), gate=list(raw.get("gate") or []),
-                   point_labels=_labels((raw.get("sweep") or {}).get("points") or []))
+        if search is not None:
+            search = {k: v for k, v in search.items() if k in known}
+            for key, value in search.items():
+                check.typed(value, f"suite_as_run.sweep.search.{key}", _SEARCH_TYPES[key])
+        name, tolerance = raw.get("name", ""), "suite_as_run.equivalent_tolerance"
+        if "name" in raw:
+            check.safe_name(name, "suite_as_run.name")
+        return cls(name=name, description=check.typed(raw.get("description") or "", "suite_as_run.description", "text"),
+                   breakdown=check.labels(raw.get("breakdown"), "suite_as_run.breakdown"),
+                   search=None if search is None else Search(**search),
+                   equivalent=[check.labels(group, f"suite_as_run.equivalent[{i}]") for i, group in
+                               enumerate(check.typed(raw.get("equivalent") or [], "suite_as_run.equivalent", "list"))],
+                   equivalent_tolerance={k: check.typed(v, f"{tolerance}.{k}", "number")
+                                         for k, v in (check.mapping(raw.get(tolerance[13:]), tolerance) or {}).items()},
+                   price_per_gpu_hour=raw.get("price_per_gpu_hour"),
+                   gate=check.labels(raw.get("gate"), "suite_as_run.gate"),
+                   point_labels=_labels(sweep.get("points") or []))
 
     @classmethod
     def of_run(cls, run: Path) -> SuiteMeta:
         """A stored run's suite, from its manifest (the defaults where it keeps none)."""
-        return cls.from_raw(read_manifest(run).get("suite_as_run") or {})
+        return cls.from_raw(read_manifest(run).get("suite_as_run") or {}, str(Path(run) / MANIFEST))
 
     @property
     def batch_knob(self) -> str:
         """The knob the batch-size sections read: the search's, else the one a search takes by default."""
         return (self.search or Search()).knob
+
+
+#: what each stored sweep.search key must be: a tampered one reached arithmetic in the tables
+_SEARCH_TYPES = {"knob": "text", "min": "integer", "max": "integer", "step": "integer", "headroom_gib": "number",
+                 "zero_retries": "boolean", "memory_snapshots": "boolean"}
+_IS = {"text": lambda v: isinstance(v, str), "list": lambda v: isinstance(v, list),
+       "boolean": lambda v: isinstance(v, bool),
+       "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+       "number": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                         and math.isfinite(v))}
+
+
+@dataclass(frozen=True)
+class _StoredCheck:
+    """The types of a stored suite's keys, checked where read: a manifest is untrusted."""
+
+    source: str
+
+    def fail(self, key: str, expected: str) -> ValueError:
+        return ValueError(f"{self.source}: {key}: expected {expected}")
+
+    def typed(self, value: Any, key: str, kind: str) -> Any:
+        if not _IS[kind](value):
+            raise self.fail(key, f"a {kind}" if kind != "integer" else "an integer")
+        return value
+
+    def mapping(self, value: Any, key: str) -> Mapping[str, Any] | None:
+        if value is not None and not isinstance(value, Mapping):
+            raise self.fail(key, "a mapping")
+        return value
+
+    def labels(self, value: Any, key: str) -> list[str]:
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(key, "a list of strings")
+        return list(value)
+
+    def safe_name(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not SAFE_NAME.fullmatch(value):
+            raise self.fail(key, "a suite name (letters, digits, '.', '_' and '-')")
+        return value
 
 
 def _labels(points: Any) -> list[str]:

@@ -24,6 +24,8 @@ OBJECTIVES: dict[str, Literal["maximize", "minimize"]] = {
 THROUGHPUT: dict[str, str] = {SAMPLES_PER_S_PER_GPU: "maximize", SAMPLES_PER_S: "maximize", MFU: "maximize",
                               "cost_per_m_samples": "minimize"}
 MAX_TRIALS = 10_000
+#: the largest max of an integer range (sweep.search's cap): a range of 10**400 overflowed a float
+MAX_INT_RANGE = 1 << 20
 MAX_DEVICE_SECONDS = 30 * 24 * 3600.0
 _KEYS = {"space", "objective", "constraints", "trials", "device_seconds", "confirm", "early_stop", "seed", "start"}
 _CONSTRAINTS = {"faithful", "max_peak_gib", "zero_retries"}
@@ -55,7 +57,9 @@ class Objective:
 class Constraints:
     """What a trial must meet to count (an oom, crash, timeout or NaN never does):
     ``faithful``: its update fidelity says faithful and its compute fidelity is not lossy
-    (benchbay.collect.fidelity, benchbay.collect.compute_fidelity);
+    (benchbay.collect.fidelity, benchbay.collect.compute_fidelity); a point with float8 or compile on
+    whose compute fidelity was not measured (``compute_fidelity_skipped``) counts half a violation, as
+    an uncertain update does: its gradients' arithmetic changed and nothing compared them;
     ``max_peak_gib``: its peak reserved memory at most this (tune for a smaller card on a larger one);
     ``zero_retries``: the allocator never freed its cache and retried (a batch that only runs so)."""
 
@@ -168,8 +172,9 @@ def _space(node: Any, cls: type | None, fixed: Mapping[str, Any], error) -> dict
                 error(where, "a list of values ({min, max} is for an integer knob such as mbs)")
             elif set(values) - {"min", "max", "step"}:
                 error(where, "{min, max} and optionally step")
-            elif not (_integer(lo) and _integer(hi) and _integer(step) and 1 <= lo <= hi and step >= 1):
-                error(where, f"integers 1 <= min <= max and step >= 1, got {values!r}")
+            elif not (_integer(lo) and _integer(hi) and _integer(step) and 1 <= lo <= hi <= MAX_INT_RANGE
+                      and 1 <= step <= MAX_INT_RANGE):
+                error(where, f"integers 1 <= min <= max <= {MAX_INT_RANGE} and step >= 1, got {values!r}")
             elif (hi - lo) % step:
                 error(where, f"max - min a multiple of step, got {values!r}")
             else:

@@ -55,8 +55,9 @@ def _load(name: str, target: str) -> type[Workload]:
     module_name, attr = target.split(":", 1)
     try:
         obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise LookupError(f"workload {name!r}: cannot import {target}: {exc}") from exc
+    # ValueError: ':X' (an empty module name); TypeError: '.rel:X' (a relative import, no package)
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+        raise LookupError(f"workload {name!r}: cannot import {target} (expected 'module:Class'): {exc}") from exc
     if not (isinstance(obj, type) and issubclass(obj, Workload)):
         raise LookupError(f"workload {name!r}: {target} is not a benchbay Workload subclass")
     return obj

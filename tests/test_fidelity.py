@@ -19,7 +19,9 @@ from benchbay.collect import compute_fidelity
 from benchbay.collect.fidelity import UpdateFidelity
 from benchbay.knobs import optimizer as optimizer_knob
 from benchbay.knobs import sr_adamw
-from benchbay.knobs.adam import hyper_of
+from benchbay.knobs.adam import hyper_of, recipe_refusal
+from benchbay.knobs.parts import ModelParts
+from benchbay.knobs.rules import Refused
 from benchbay.launch import training
 from benchbay.launch.base import PointSpec
 from benchbay.launch.harness import harness_for
@@ -113,9 +115,75 @@ def test_flat_step_keeps_tensors_apart_splits_large_ones_and_skips_absent_gradie
 
 def test_verdict_rule():
     assert verdict(1.05, 0.0) == "faithful"
+    assert verdict(1.05, None) == "faithful"  # a share given alone
     assert verdict(0.15, 0.01) == "lossy"
     assert verdict(2.9, 1.5) == "uncertain"  # a few elements moved a whole bf16 step: noise, not loss
     assert verdict(None, None) is None
+
+
+def test_a_share_in_the_band_is_faithful_only_when_its_noise_could_not_have_put_it_there():
+    assert verdict(0.95, 2.0) == "uncertain"  # noise alone lands a share anywhere near 1
+    assert verdict(1.0, 0.05) == "uncertain"
+    assert verdict(1.0, 0.03) == "faithful"  # 3 standard errors fit in the band
+    assert verdict(1.0, float("nan")) == "uncertain"
+
+
+def test_non_contiguous_tensors_are_sampled_by_their_logical_elements():
+    """channels_last weights: the same elements of weight and gradient, never skipped."""
+    for dtype, lr, expected in ((torch.float32, 1e-3, "faithful"), (torch.bfloat16, 1e-5, "lossy")):
+        torch.manual_seed(0)
+        conv = torch.nn.Conv2d(16, 16, 3, bias=False).to(dtype, memory_format=torch.channels_last)
+        params = [conv.weight, torch.nn.Parameter(torch.randn(64, 32).t())]  # and a transposed view
+        assert not any(p.is_contiguous() for p in params)
+        out = fidelity_of(params, torch.optim.AdamW(params, lr=lr), steps=5)
+        assert out["metrics"]["fidelity_sampled_elements"] == sum(p.numel() for p in params)
+        assert out["extra"]["fidelity"] == expected
+        if expected == "faithful":
+            assert out["metrics"]["update_applied_share"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_reference_that_did_not_move_is_said_rather_than_left_blank():
+    params = weights(torch.float32)
+    probe = UpdateFidelity(hyper_of(torch.optim.AdamW(params, lr=0.0)))
+    probe.start_window()
+    for p in params:
+        p.grad = torch.randn_like(p)
+    probe.before_step()
+    assert probe.summary()["extra"]["fidelity_sample"].startswith("not measured: the reference AdamW did not move")
+
+
+class AmsGrad(Tiny):
+    def optimizer(self, params):
+        return torch.optim.Adam(params, lr=1e-2, amsgrad=True)
+
+
+class CoupledL2(Tiny):
+    def optimizer(self, params):
+        return torch.optim.Adam(params, lr=1e-2, weight_decay=0.5)
+
+
+class Sgd(Tiny):
+    def optimizer(self, params):
+        return torch.optim.SGD(params, lr=1e-2)
+
+
+@pytest.mark.parametrize("cls, reason", [(AmsGrad, "amsgrad=True"), (CoupledL2, "couples weight_decay=0.5"),
+                                         (Sgd, "optimizer is SGD")])
+@pytest.mark.parametrize("knobs", [{"optimizer": "adamw"}, {"optimizer": "adamw_sr", "precision": "bf16"},
+                                   {"offload": "optimizer"}])
+def test_a_recipe_that_is_not_adamw_is_refused_rather_than_replaced_or_judged_as_adamw(cls, reason, knobs):
+    values = {**knob_table.defaults_for(Tiny), **knobs}
+    with pytest.raises(Refused, match=reason):
+        training.prepare(cls({}, values, CPU), values, CPU)
+
+
+@pytest.mark.parametrize("make", [lambda ps: torch.optim.Adam(ps, lr=1e-2),  # no decay: AdamW's update
+                                  lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.1,
+                                                              decoupled_weight_decay=True)])
+def test_adam_with_adamws_update_is_accepted(make):
+    params = weights(torch.float32)
+    assert recipe_refusal(make(params)) is None
+    assert fidelity_of(params, make(params))["extra"]["fidelity"] == "faithful"
 
 
 def tensor_bytes(value: torch.Tensor) -> int:
@@ -220,6 +288,15 @@ def test_equivalent_group_fails_on_a_lossy_point_whatever_its_losses():
     assert within[0] == "yes" and within[1].startswith("no (update fidelity: lossy")
 
 
+def test_equivalent_group_fails_on_lossy_gradients_too():
+    cells = ["faithful (1.00); compute faithful (1.0000)", with_compute("faithful (1.00)", "lossy", 0.9123),
+             with_compute("not recorded", "lossy", 0.9), "not recorded; compute faithful (0.9990)"]
+    group = pd.DataFrame({"name": list("abcd"), "losses": [[1.0, 0.9]] * 4, "fidelity": cells})
+    within = loss_agreement(group)["within_tolerance"].tolist()
+    assert within[0] == within[3] == "yes"
+    assert within[1].startswith("no (compute fidelity:") and within[2].startswith("no (compute fidelity:")
+
+
 def test_a_training_point_without_a_fidelity_sample_says_so():
     # records that predate the sample: unknown, neither faithful nor a blank that reads as nothing to say
     assert fidelity_label(float("nan"), float("nan"), trains=True) == "not recorded"
@@ -281,6 +358,88 @@ def test_planted_noise_in_the_forward_is_caught():
     out = measured(workload, values, perturb=noisy_first_block)
     assert out["metrics"]["compute_gradient_cosine"] < compute_fidelity.COSINE_MIN
     assert out["extra"]["compute_fidelity"] == "lossy"
+
+
+def window(workload, values, steps=6):
+    """The record's fidelity figures of a point after two warm-up steps, and the step."""
+    torch.manual_seed(0)
+    step = training.prepare(workload, values, CPU)
+    for i in range(2):
+        step(workload.batch(i))
+    step.fidelity.start_window()
+    for i in range(2, 2 + steps):
+        step(workload.batch(i))
+    return step.fidelity.summary(), step
+
+
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")
+def test_a_block_a_reentrant_checkpoint_leaves_untrained_is_neither_update_nor_compute_faithful():
+    """torch's reentrant checkpoint gives no gradient to a block whose inputs need none (the first
+    block, fed the batch): the reference's blocks take inputs that need one, and train."""
+    out, step = window(*tiny(recompute="full", recompute_impl="reentrant"))
+    first = step.model[0]._checkpoint_wrapped_module.linear.weight
+    assert first.grad is None  # the point never trains it
+    assert out["extra"]["fidelity"] == "lossy" and out["extra"]["compute_fidelity"] == "lossy"
+    assert "first: 0.linear" in out["extra"]["fidelity_untrained"]
+    assert "recompute=full (reentrant, every block trained)" in out["extra"]["compute_fidelity_sample"]
+    out, _ = window(*tiny(recompute="full"))
+    assert out["extra"]["fidelity"] == out["extra"]["compute_fidelity"] == "faithful"
+    assert "fidelity_untrained" not in out["extra"]
+
+
+class Embedded(Tiny):
+    """Blocks behind a trainable input layer: each block's input needs a gradient."""
+
+    def build(self):
+        parts = super().build()
+        w = self.params["width"]
+        model = torch.nn.Sequential(torch.nn.Linear(w, w), *parts.model)
+        return ModelParts(model=model, regions={"blocks": list(model)[1:-1]})
+
+
+def test_a_reentrant_point_whose_blocks_all_train_is_faithful():
+    values = {**knob_table.defaults_for(Tiny), "precision": "bf16_mixed", "recompute": "full",
+              "recompute_impl": "reentrant"}
+    out, _ = window(Embedded({"width": 32, "depth": 3}, values, CPU), values)
+    assert out["extra"]["fidelity"] == out["extra"]["compute_fidelity"] == "faithful"
+    assert out["metrics"]["compute_gradient_cosine"] == pytest.approx(1.0, abs=1e-12)
+
+
+class UnusedHead(Tiny):
+    """A trainable tensor the loss never reaches: no gradient in the point nor in the reference."""
+
+    def build(self):
+        parts = super().build()
+        parts.model.add_module("unused", torch.nn.Linear(4, 4))
+        return parts
+
+    def loss(self, model, batch):
+        x, y = batch
+        return torch.nn.functional.mse_loss(model[-2](model[1](model[0](x))), y), {}
+
+
+def test_a_tensor_without_a_gradient_in_the_reference_too_is_not_the_points_fault():
+    values = {**knob_table.defaults_for(Tiny), "precision": "bf16_mixed"}
+    out, _ = window(UnusedHead({"width": 32, "depth": 2}, values, CPU), values)
+    assert "some tensors had no gradient" in out["extra"]["fidelity_sample"]
+    assert out["extra"]["fidelity"] == out["extra"]["compute_fidelity"] == "faithful"
+    assert "fidelity_untrained" not in out["extra"]
+
+
+class SmallLr(Tiny):
+    def optimizer(self, params):
+        return torch.optim.AdamW(params, lr=1e-5)  # bf16 device copies round its updates away
+
+
+def test_offload_samples_the_fp32_masters_it_steps_not_their_bf16_copies():
+    verdicts = {}
+    for offload in ("none", "optimizer"):
+        values = {**knob_table.defaults_for(Tiny), "precision": "bf16", "offload": offload}
+        out, _ = window(SmallLr({"width": 32, "depth": 2}, values, CPU), values, steps=10)
+        verdicts[offload] = out["extra"]["fidelity"], out["metrics"]["update_applied_share"]
+        assert ("fp32 master copies" in out["extra"]["fidelity_sample"]) == (offload == "optimizer")
+    assert verdicts["none"][0] == "lossy"
+    assert verdicts["optimizer"][0] == "faithful" and verdicts["optimizer"][1] == pytest.approx(1.0, abs=1e-3)
 
 
 def test_other_random_draws_are_said_rather_than_compared():
@@ -370,9 +529,9 @@ devices: {{type: cpu, nproc: 2}}
 def test_its_passes_stay_out_of_the_measured_peak_memory(monkeypatch):
     reference_pass = compute_fidelity.ComputeFidelity._reference_gradients
 
-    def with_a_gib_more(self, batch):  # a reference far larger than the point's step
+    def with_a_gib_more(self, batch, no_grad):  # a reference far larger than the point's step
         held = torch.empty(1 << 28, device="cuda")  # noqa: F841 (held through the pass)
-        return reference_pass(self, batch)
+        return reference_pass(self, batch, no_grad)
 
     monkeypatch.setattr(compute_fidelity.ComputeFidelity, "_reference_gradients", with_a_gib_more)
 

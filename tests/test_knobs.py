@@ -7,6 +7,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchbay import knobs as knob_table
+from benchbay.knobs import rules
+from benchbay.knobs.parts import ModelParts
 from benchbay.launch import training
 from benchbay.launch.harness import harness_for
 from benchbay.workloads.dreamzero.workload import DreamZero
@@ -45,6 +47,38 @@ def test_sharding_one_process_matches_none(gloo_group, sharding):
     _, reference = train(*make())
     _, losses = train(*make(sharding=sharding))
     assert losses == pytest.approx(reference, rel=1e-5)
+
+
+@pytest.mark.parametrize("knobs", [
+    {"offload": "optimizer", "offload_shards": 2}, {"recompute": "full", "recompute_impl": "reentrant"},
+    {"sharding": "ddp", "ddp_static_graph": True, "ddp_bucket_cap_mb": 100},
+    {"recompute_impl": "non_reentrant", "offload_shards": 1, "replicate": 1, "ddp_bucket_cap_mb": 25},  # defaults
+])
+def test_a_modifier_whose_knob_is_on_or_left_at_its_default_runs(knobs):
+    workload, _ = make(**knobs)
+    assert harness_for(workload, 1).skip_reason() is None
+
+
+def test_ddp_knobs_under_fsdp2_are_stated_in_the_record():
+    # the committed sharding suites set them once for every strategy: not refused there, but not silent
+    _, values = make(sharding="fsdp2_full", ddp_gradient_as_bucket_view=True)
+    assert rules.skip_reason(Tiny, values, "cuda", 2) is None
+    assert "ddp_gradient_as_bucket_view=True" in rules.ignored(values)["knobs_ignored"]
+    assert rules.ignored(make(sharding="ddp", ddp_static_graph=True)[1]) == {}
+
+
+def test_recompute_of_a_model_without_blocks_is_refused():
+    class NoRegions(Tiny):
+        def build(self):
+            parts = super().build()
+            return ModelParts(model=parts.model)  # a user's workload that declares no region
+
+    for mode in ("full", "selective"):
+        _, values = make(recompute=mode)
+        with pytest.raises(rules.Refused, match=f"recompute={mode}: the model declares no blocks"):
+            training.prepare(NoRegions({}, values, CPU), values, CPU)
+    _, values = make()
+    training.prepare(NoRegions({}, values, CPU), values, CPU)  # recompute=off has nothing to do
 
 
 def test_offload_optimizer_keeps_master_weights_on_cpu():
@@ -87,6 +121,12 @@ def test_deterministic_runs_repeat():
     ({"sharding": "ddp", "offload": "optimizer"}, "not under DDP"),
     ({"recompute": "selective", "recompute_impl": "reentrant"}, "needs recompute_impl=non_reentrant"),
     ({"recompute": "attention", "recompute_impl": "reentrant"}, "needs recompute_impl=non_reentrant"),
+    # a modifier whose knob is off would be ignored while the point claims it
+    ({"offload_shards": 4}, "acts only with offload=optimizer and sharding=none"),
+    ({"replicate": 2}, "act only with sharding=fsdp2_hybrid"),
+    ({"ddp_static_graph": True}, "needs sharding=ddp"),
+    ({"ddp_bucket_cap_mb": 100}, "needs sharding=ddp"),
+    ({"recompute_impl": "reentrant"}, "acts only with recompute on"),
 ])
 def test_unsupported_combinations_are_skipped_with_a_reason(knobs, reason):
     workload, _ = make(**knobs)
@@ -97,6 +137,10 @@ def test_unsupported_combinations_are_skipped_with_a_reason(knobs, reason):
 EXPECTED_SKIPS = {("cuda_graph", "attention"): "does not support it", ("cuda_graph", "step"): "needs a CUDA device",
                   ("cudnn_benchmark", True): "needs a CUDA device",
                   ("emulate_precision_casts", True): "needs compile != off",
+                  ("recompute_impl", "reentrant"): "acts only with recompute on",
+                  ("ddp_static_graph", True): "needs sharding=ddp",
+                  ("ddp_gradient_as_bucket_view", True): "needs sharding=ddp",
+                  ("ddp_find_unused_parameters", True): "needs sharding=ddp",
                   **{("optimizer", f"adamw_sr{kind}"): "needs precision=bf16" for kind in ("", "_8bit", "_4bit")},
                   **{("float8", recipe): "needs a CUDA GPU of compute capability 8.9"
                      for recipe in knob_table.GENERIC["float8"].values if recipe != "off"}}

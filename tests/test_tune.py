@@ -2,6 +2,7 @@
 resumes without re-running a finished trial, refuses bad input with nothing written, and leaves a
 tune.json, a report section and a suite that runs."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -66,8 +67,9 @@ def test_tune_finds_the_planted_optimum_and_never_names_an_infeasible_or_lossy_t
     assert all(not t["feasible"] and "fidelity" in t["why"] for t in lossy)
     # once pure bf16 lost the update, no other pure-bf16 configuration is run: it is refused, with why
     assert len(lossy) == 1
-    assert any(r["knobs"]["precision"] == "bf16" and r["why"].startswith("precision=bf16 and optimizer=adamw lost "
-               f"the update in trial {lossy[0]['trial']}") for r in result["refused"])
+    assert any(r["knobs"]["precision"] == "bf16" and r["why"].startswith(
+        f"precision=bf16, optimizer=adamw and offload=none lost the update in trial {lossy[0]['trial']}")
+        for r in result["refused"])
     # an OOM bounds its configuration: no larger batch of it is run after it
     for oom in (t for t in result["trials"] if t["status"] == "oom"):
         rest = {k: v for k, v in oom["knobs"].items() if k != "mbs"}
@@ -374,6 +376,40 @@ def test_a_trial_its_confirmation_found_infeasible_is_never_named_best(tmp_path)
     best = t.result(TuneSummary(t.run, {}))["best"]
     assert best["trial"] == 1 and best["knobs"] == next_best
     assert best["runs"] == 1 and best["confirmed"] is False
+
+
+def _with(record, **knobs):
+    return dataclasses.replace(record, knobs={**record.knobs, **knobs})
+
+
+def test_faithful_counts_gradients_of_other_arithmetic_that_were_not_measured_as_half_a_violation(tmp_path):
+    t = tuner(tmp_path, small("  constraints: {faithful: true}\n"))
+    metrics = {"samples_per_s_per_gpu": 99.0, "update_applied_share": 1.0, "update_applied_share_se": 0.0}
+    skipped = _record(t, {"mbs": 4, "speed": "fast"}, metrics=metrics,
+                      extra={"fidelity": "faithful", "compute_fidelity_skipped": "not measured: 20 GiB are free"})
+    for knobs, violation in (({"float8": "tensorwise"}, 0.5), ({"compile": "blocks"}, 0.5), ({}, 0.0)):
+        value, got, why = t.judge(_with(skipped, **knobs))
+        assert value == 99.0 and got == violation
+        assert ("compute fidelity not measured" in why) == bool(violation)
+    measured = dataclasses.replace(skipped, extra={"fidelity": "faithful", "compute_fidelity": "faithful"})
+    assert t.judge(_with(measured, float8="tensorwise"))[1] == 0.0
+
+
+def test_a_lost_update_prunes_its_precision_optimizer_and_offload_only(tmp_path):
+    t = tuner(tmp_path, small("  constraints: {faithful: true}\n"))
+    params = {"mbs": 4, "speed": "fast"}
+    lossy = _with(_record(t, params, metrics={"samples_per_s_per_gpu": 1.0, "update_applied_share": 0.02,
+                                              "update_applied_share_se": 0.001}, extra={"fidelity": "lossy"}),
+                  precision="bf16")
+    t.trials.append(t._trial(0, params, lossy))
+    assert "offload=none lost the update in trial 0" in t._lost_update(lossy.knobs)
+    # the CPU optimizer steps fp32 masters of the bf16 weights: another update
+    assert t._lost_update({**lossy.knobs, "offload": "optimizer"}) is None
+    # lossy for tensors its recompute left without gradients, its share whole: not these knobs' loss
+    t.trials[0] = t._trial(0, params, dataclasses.replace(
+        lossy, metrics={**lossy.metrics, "update_applied_share": 1.0},
+        extra={"fidelity": "lossy", "fidelity_untrained": "1 trainable tensors ..."}))
+    assert not t.trials[0].feasible and t._lost_update(lossy.knobs) is None
 
 
 def test_early_stop_applies_only_to_an_objective_that_rewards_samples_per_second():

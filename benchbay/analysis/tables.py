@@ -397,9 +397,12 @@ def loss_agreement(group: pd.DataFrame, rtol: float = LOSS_RTOL, atol: float = L
             mine = runs_of(group, str(row["name"])) if is_missing(of) else losses[None]
             if len(runs) > 1 or len(mine) > 1:
                 within = _within_band(runs, mine, first, rtol, atol)
-        if row.get("fidelity", "") and not str(row["fidelity"]).startswith(("faithful", NOT_RECORDED, OWN_OPTIMIZER)):
+        fidelity = str(row.get("fidelity", "") or "")
+        if fidelity and not fidelity.startswith(("faithful", NOT_RECORDED, OWN_OPTIMIZER)):
             # losses of a few steps cannot see lost updates: a point that is not faithful fails
-            within = f"no (update fidelity: {row['fidelity']})"
+            within = f"no (update fidelity: {fidelity})"
+        elif "compute lossy" in fidelity:  # nor gradients that are wrong (tune's faithful refuses them too)
+            within = f"no (compute fidelity: {fidelity})"
         rows.append({"point": row["name"], "steps": losses.size, "final_loss": losses[-1],
                      "max_abs_diff": check.max_abs_diff, "max_rel_diff": check.max_rel_diff,
                      "within_tolerance": within})

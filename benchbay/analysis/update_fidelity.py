@@ -9,17 +9,20 @@ import math
 #: faithful when the applied share of the reference update is within this of 1
 TOLERANCE = 0.10
 #: lossy only when the share is this many standard errors outside the faithful band: stochastic
-#: rounding is noisy per element but unbiased, and noise alone must not make a point lossy
+#: rounding is noisy per element but unbiased, and noise alone must not make a point lossy; faithful
+#: only when this many standard errors fit in the band, so noise alone cannot land a share in it
 Z = 3.0
 
 
 def verdict(share: float | None, se: float | None) -> str | None:
-    """faithful | lossy | uncertain (the sample cannot tell), None where nothing was measured."""
+    """faithful | lossy | uncertain (the sample cannot tell), None where nothing was measured. ``se``
+    None counts as no noise (a share given alone); a NaN one can tell nothing: uncertain."""
     if share is None or not math.isfinite(share):
         return None
-    if abs(share - 1.0) <= TOLERANCE:
+    noise = 0.0 if se is None else se
+    if abs(share - 1.0) <= TOLERANCE and noise <= TOLERANCE / Z:
         return "faithful"
-    margin = Z * (se or 0.0)
+    margin = Z * noise
     if share + margin < 1.0 - TOLERANCE or share - margin > 1.0 + TOLERANCE:
         return "lossy"
     return "uncertain"

@@ -5,11 +5,14 @@ sharded reduction) changes the gradients, and a few steps' losses cannot say by 
 just before the measured steps, the point runs its own forward and backward on one batch (the
 first measured step's; a loader feeding the step gives one batch more) and so does the reference:
 the same weights, batch and random draws, eager, bf16 autocast over fp32 weights (fp32 for an fp32
-point), the point's recompute (the same arithmetic, replayed) and no other knob. Their gradients
-are compared on a fixed sample of parameter tensors (``sample``): up to ``TENSORS_PER_GROUP`` of
-each group, evenly spaced through it, ``ELEMENTS_PER_TENSOR`` strided elements of each; cosine
-similarity and relative error per group and over all of them, and a verdict (``verdict``). A
-sharded point's gradients are averaged over its ranks: so are the reference's.
+point), the point's recompute (the same arithmetic, replayed; a reentrant checkpoint gives no
+gradient to a block whose inputs need none, so the reference's blocks take inputs that do) and no
+other knob. Their gradients are compared on a fixed sample of parameter tensors (``sample``): up
+to ``TENSORS_PER_GROUP`` of each group, evenly spaced through it, ``ELEMENTS_PER_TENSOR`` strided
+elements of each; cosine similarity and relative error per group and over all of them, and a verdict
+(``verdict``); lossy too where a trainable tensor gets a gradient in the reference and none in the
+point (``untrained``: the optimizer skips it, so it never trains). A sharded point's gradients are
+averaged over its ranks: so are the reference's.
 
 The reference is the model as the workload built it, captured before any knob (``Reference``: its
 parameters on the meta device, no memory). It takes the point's weights when it measures: the
@@ -141,6 +144,7 @@ class ComputeFidelity:
         self.facts = facts or {}
         self.reference_precision = "fp32" if knobs["precision"] == "fp32" else "bf16_mixed"
         self.figures: dict[str, Any] = {}
+        self.untrained: list[str] = []  # trainable tensors the reference gives a gradient and the point none
         self.reason = reference.reason
         built = {} if reference.parts is None else dict(reference.parts.model.named_parameters())
         self.groups = sample(reference.parts) if built else {}
@@ -173,22 +177,31 @@ class ComputeFidelity:
 
     def summary(self) -> dict[str, dict[str, Any]]:
         extra = dict(self.facts)
-        frozen_lossy = {"compute_fidelity": "lossy"} if extra.get(FROZEN_VERDICT) == "lossy" else {}
+        if self.untrained:  # known once the reference's backward ran, whatever else stopped the comparison
+            extra["fidelity_untrained"] = (
+                f"{len(self.untrained)} trainable tensors got a gradient in the reference and none in the point, "
+                f"so they never train (first: {self.untrained[0]})")
+        lossy = {"compute_fidelity": "lossy"} if extra.get(FROZEN_VERDICT) == "lossy" or self.untrained else {}
         if self.reason is not None:
-            return {"extra": {**extra, "compute_fidelity_skipped": f"not measured: {self.reason}", **frozen_lossy}}
+            return {"extra": {**extra, "compute_fidelity_skipped": f"not measured: {self.reason}", **lossy}}
         if not self.figures:
-            return {"extra": {**extra, **frozen_lossy}} if extra else {}
+            return {"extra": {**extra, **lossy}} if extra else {}
         by_group, overall = self.figures["groups"], self.figures["overall"]
         return {"metrics": {COMPUTE_GRADIENT_COSINE: overall["cosine"],
                             "compute_gradient_error": overall["relative_error"],
                             "compute_sampled_tensors": overall["tensors"]},
-                "extra": {**extra, "compute_fidelity": verdict(by_group, overall), **frozen_lossy,
+                "extra": {**extra, "compute_fidelity": verdict(by_group, overall), **lossy,
                           "compute_fidelity_groups": by_group,
                           "compute_fidelity_sample": (
                               f"{overall['tensors']} parameter tensors (up to {TENSORS_PER_GROUP} a group), up to "
                               f"{ELEMENTS_PER_TENSOR} strided elements of each gradient, of one batch against the "
-                              f"reference: eager, {self.reference_precision}, recompute={self.knobs['recompute']}, "
+                              f"reference: eager, {self.reference_precision}, recompute={self.knobs['recompute']}"
+                              f"{' (reentrant, every block trained)' if self._lifted() else ''}, "
                               "the same weights, batch and random draws")}}
+
+    def _lifted(self) -> bool:
+        """Whether the reference's blocks take inputs that need a gradient (``_inputs_need_grad``)."""
+        return self.knobs["recompute_impl"] == "reentrant" and self.knobs["recompute"] != "off"
 
     def _measure(self, batch: Any) -> tuple[dict[str, Any], str | None]:
         start = _rng_state(self.device)
@@ -197,6 +210,7 @@ class ComputeFidelity:
         working = _peak(self.device) - rest
         named = _named(self.model)
         point = self._sampled({name: named[name].grad for name in self.groups})
+        no_grad = [name for name, p in named.items() if p.requires_grad and p.grad is None]
         drawn = _rng_state(self.device)
         for p in self.model.parameters():
             p.grad = None
@@ -205,7 +219,7 @@ class ComputeFidelity:
         if not _everyone(reason is None, self.device):
             return {}, reason or "another rank's reference did not fit in its free memory"
         try:
-            reference = self._reference_gradients(batch)
+            reference = self._reference_gradients(batch, no_grad)
             reason = None if _same(drawn, _rng_state(self.device)) else (
                 "the point draws its random numbers otherwise than eager (compiled random ops use inductor's "
                 "own generator): its gradients are of other noise")
@@ -218,16 +232,25 @@ class ComputeFidelity:
         by_group, overall = compare(point, reference, self.groups)
         return {"groups": by_group, "overall": overall}, None
 
-    def _reference_gradients(self, batch: Any) -> dict[str, torch.Tensor]:
+    def _reference_gradients(self, batch: Any, no_grad: list[str]) -> dict[str, torch.Tensor]:
+        """The reference's sampled gradients; ``untrained``: which of ``no_grad`` (the point's trainable
+        tensors without a gradient) get a non-zero one here."""
         parts = self.reference.parts
         self._materialise(parts.model)
         recompute.apply(parts, self.knobs["recompute"], reentrant=self.knobs["recompute_impl"] == "reentrant")
+        if self._lifted():
+            # not non-reentrant: it fails around the workload's CUDA-graphed helpers (PT #154306); and not
+            # without recompute: the blocks' activations would not fit where the point's batch needs it
+            for block in (b for blocks in parts.regions.values() for b in blocks):
+                block.register_forward_pre_hook(_inputs_need_grad, with_kwargs=True)
         if self.knobs["cuda_graph"] != "off":  # the workload's own graphed helpers run in the reference too
             torch.compiler.cudagraph_mark_step_begin()
         with precision.autocast(self.reference_precision, self.device):
             out = self.workload.loss(parts.model, batch)
         (out if isinstance(out, torch.Tensor) else out[0]).backward()
         named = _named(parts.model)
+        # a gradient the reference leaves None or zero too is the model's (an unused head), not the point's loss
+        self.untrained = [n for n in no_grad if n in named and named[n].grad is not None and bool(named[n].grad.any())]
         return self._sampled({name: named[name].grad for name in self.groups})
 
     def _weights(self, model: nn.Module):
@@ -290,6 +313,16 @@ class ComputeFidelity:
             flat = _whole(grad).detach().reshape(-1)
             out[name] = flat[:: max(flat.numel() // ELEMENTS_PER_TENSOR, 1)][:ELEMENTS_PER_TENSOR].float().clone()
         return out
+
+
+def _inputs_need_grad(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A reentrant checkpoint's block, fed inputs that need a gradient: torch's reentrant checkpoint
+    gives its parameters none where no input needs one (the first block, fed the batch)."""
+    def lift(a: Any) -> Any:
+        needs = isinstance(a, torch.Tensor) and a.is_floating_point() and not a.requires_grad
+        return a.detach().requires_grad_() if needs and torch.is_grad_enabled() else a
+
+    return tuple(lift(a) for a in args), {k: lift(v) for k, v in kwargs.items()}
 
 
 def _as_is(dtype: torch.dtype, bf16_ok: bool) -> bool:

@@ -7,8 +7,10 @@ fp32 weights and fp32 state on a fixed sample of each trainable tensor's element
 (clipped) gradients, and compares the change the optimizer applied over the measured steps with
 the reference's change.
 
-The sample is a strided slice of each tensor (views, no copy): three concatenations and a dozen
-element-wise kernels over ~``PER_TENSOR`` x tensors elements a step.
+The sample is a strided slice of each tensor (views, no copy; a gather of the same elements of a
+non-contiguous one): three concatenations and a dozen element-wise kernels over ~``PER_TENSOR`` x
+tensors elements a step. Where the optimizer steps fp32 master copies of the weights (offload=optimizer),
+the weights sampled are the masters: the device copies are their rounding, not what training keeps.
 """
 
 from __future__ import annotations
@@ -27,8 +29,19 @@ from benchbay.record import UPDATE_APPLIED_SHARE, UPDATE_APPLIED_SHARE_SE, UPDAT
 PER_TENSOR = 256
 
 
-def _sample(t: torch.Tensor, offset: int, stride: int, k: int) -> torch.Tensor:
-    return local_tensor(t).detach().reshape(-1)[offset::stride][:k]
+def _where(t: torch.Tensor, offset: int, stride: int, k: int) -> slice | tuple[torch.Tensor, ...]:
+    """The sampled elements, in the tensor's logical order: a strided slice of a contiguous tensor (a
+    view), else their indices (a gather of k elements: channels_last weights, transposed views)."""
+    if t.is_contiguous():
+        return slice(offset, offset + stride * (k - 1) + 1, stride)
+    return torch.unravel_index(offset + stride * torch.arange(k, device=t.device), t.shape)
+
+
+def _sample(t: torch.Tensor, where: slice | tuple[torch.Tensor, ...]) -> torch.Tensor:
+    t = local_tensor(t).detach()
+    if isinstance(where, slice):
+        return t.reshape(-1)[where]  # a view, or a copy of a gradient laid out otherwise than its weight
+    return t[tuple(i.to(t.device) for i in where)]
 
 
 class UpdateFidelity:
@@ -36,22 +49,28 @@ class UpdateFidelity:
     gives the applied share and the lost updates over the steps since ``start_window``."""
 
     def __init__(self, groups: list[tuple[list[nn.Parameter], AdamHyper]], per_tensor: int = PER_TENSOR,
-                 seed: int = 0):
+                 seed: int = 0, masters: list[torch.Tensor] | None = None):
+        """``masters``: where the optimizer steps copies of the weights (fp32 masters), one for each
+        parameter of ``groups`` in order; their values are sampled, the parameters' gradients."""
         rng = torch.Generator().manual_seed(seed)
-        self.params, self.where, hypers = [], [], []
-        for params, hyper in groups:
-            for p in params:
-                n = local_tensor(p).numel()
-                if n == 0 or not local_tensor(p).is_contiguous():
-                    continue
-                k = min(per_tensor, n)
-                stride = n // k
-                offset = int(torch.randint(0, stride, (1,), generator=rng)) if stride > 1 else 0
-                self.params.append(p)
-                self.where.append((offset, stride, k))
-                hypers.append((k, hyper))
-        self.elements = sum(w[2] for w in self.where)
+        flat = [(p, hyper) for params, hyper in groups for p in params]
+        self.of_masters = masters is not None
+        masters = masters if masters is not None else [p for p, _ in flat]
+        self.params, self.weights, self.where, hypers = [], [], [], []
+        for (p, hyper), weights in zip(flat, masters, strict=True):
+            n = local_tensor(p).numel()
+            if n == 0:
+                continue
+            k = min(per_tensor, n)
+            stride = n // k
+            offset = int(torch.randint(0, stride, (1,), generator=rng)) if stride > 1 else 0
+            self.params.append(p)
+            self.weights.append(weights)
+            self.where.append(_where(local_tensor(p), offset, stride, k))
+            hypers.append((k, hyper))
+        self.elements = sum(k for k, _ in hypers)
         self.tensors = len(self.params)
+        self.counts = [k for k, _ in hypers]
         if not self.params:
             return
         device = local_tensor(self.params[0]).device
@@ -68,19 +87,20 @@ class UpdateFidelity:
         self.missing_grads = False
 
     def _gather_weights(self) -> torch.Tensor:
-        return torch.cat([_sample(p, *w) for p, w in zip(self.params, self.where, strict=True)]).float()
+        device = local_tensor(self.params[0]).device  # a CPU master's sample joins the device's reference
+        return torch.cat([_sample(t, w).to(device) for t, w in zip(self.weights, self.where, strict=True)]).float()
 
     def before_step(self) -> None:
         """After the gradients are final (clipped), before the optimizer steps."""
         if not self.params:
             return
         grads = []
-        for p, w in zip(self.params, self.where, strict=True):
+        for p, w, k in zip(self.params, self.where, self.counts, strict=True):
             if p.grad is None:  # AdamW skips such a tensor; the reference would not: say so
                 self.missing_grads = True
-                grads.append(torch.zeros(w[2], device=self.ref_w.device))
+                grads.append(torch.zeros(k, device=self.ref_w.device))
             else:
-                grads.append(_sample(p.grad, *w).float())
+                grads.append(_sample(p.grad, w).float())
         g = torch.cat(grads)
         self.steps += 1
         self.m.lerp_(g, 1 - self.beta1)
@@ -101,8 +121,9 @@ class UpdateFidelity:
         applied = self._gather_weights() - self.start_actual
         ref = self.ref_w - self.start_ref
         norm = float(ref.square().sum())
-        if norm == 0.0:
-            return {}
+        if norm == 0.0:  # said, not left blank: a blank reads as a record that predates the sample
+            return {"extra": {"fidelity_sample": f"not measured: the reference AdamW did not move the "
+                                                 f"{self.elements} sampled elements (zero gradients or lr)"}}
         share = float((applied * ref).sum()) / norm
         residual = applied - share * ref
         se = math.sqrt(float((ref.square() * residual.square()).sum())) / norm
@@ -112,7 +133,9 @@ class UpdateFidelity:
                             UPDATE_LOST_SHARE: lost, "fidelity_sampled_elements": self.elements},
                 "extra": {"fidelity": verdict(share, se),
                           "fidelity_sample": (f"{PER_TENSOR} strided elements (all of smaller ones) of each of "
-                                              f"{self.tensors} trainable tensors, {self.elements} in all, against "
+                                              f"{self.tensors} trainable tensors"
+                                              + (" (their fp32 master copies)" if self.of_masters else "")
+                                              + f", {self.elements} in all, against "
                                               f"AdamW with fp32 weights and state from the same clipped gradients"
                                               + ("; some tensors had no gradient at some steps" if
                                                  self.missing_grads else ""))}}
@@ -137,5 +160,10 @@ class Fidelity:
 
     def summary(self) -> dict:
         update, compute = self.update.summary(), self.compute.summary()
-        return {key: {**update.get(key, {}), **compute.get(key, {})} for key in ("metrics", "extra")
-                if key in update or key in compute}
+        out = {key: {**update.get(key, {}), **compute.get(key, {})} for key in ("metrics", "extra")
+               if key in update or key in compute}
+        if self.compute.untrained:
+            # tensors the reference trains that got no gradient here are not updated at all, whatever
+            # the share of the update the others took (compute fidelity says which: fidelity_untrained)
+            out.setdefault("extra", {})["fidelity"] = "lossy"
+        return out

@@ -23,6 +23,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from benchbay.knobs.replace import replace_blocks
+from benchbay.knobs.rules import Refused
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
     from benchbay.knobs.parts import ModelParts
@@ -70,6 +71,8 @@ POLICIES = {"selective": _selective, "attention": _attention_only}
 def apply(parts: ModelParts, mode: str, reentrant: bool = False) -> None:
     if mode == "off":
         return
+    if not any(parts.regions.values()):  # nothing to wrap: the point would run without checkpoints
+        raise Refused(f"recompute={mode}: the model declares no blocks to checkpoint")
     kwargs = {"checkpoint_impl": CheckpointImpl.REENTRANT if reentrant else CheckpointImpl.NO_REENTRANT}
     if mode in POLICIES:
         _fill_policy_sets()

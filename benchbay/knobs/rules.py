@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchbay.knobs import GENERIC
 from benchbay.knobs.optimizer import CHOICES as OPTIMIZERS
 
 
@@ -46,4 +47,39 @@ def skip_reason(workload_cls: type, knobs: dict[str, Any], device_type: str, wor
         return f"optimizer={knobs['optimizer']} rounds bf16 weights: it needs precision=bf16 (now {knobs['precision']})"
     if knobs["offload"] == "optimizer" and knobs["sharding"] == "ddp":
         return "offload=optimizer is implemented with FSDP2's CPUOffloadPolicy or without sharding, not under DDP"
+    return _idle_modifier(knobs)
+
+
+#: modifier knobs, when they act, and why not otherwise
+_MODIFIERS = (
+    ("offload_shards", lambda k: k["offload"] == "optimizer" and k["sharding"] == "none",
+     "ZeRO-2's split of the CPU-offloaded optimizer acts only with offload=optimizer and sharding=none"),
+    ("replicate", lambda k: k["sharding"] == "fsdp2_hybrid", "replica groups act only with sharding=fsdp2_hybrid"),
+    ("recompute_impl", lambda k: k["recompute"] != "off", "the checkpoint implementation acts only with recompute on"),
+)
+DDP_KNOBS = ("ddp_static_graph", "ddp_gradient_as_bucket_view", "ddp_bucket_cap_mb", "ddp_find_unused_parameters")
+
+
+def _idle_modifier(knobs: dict[str, Any]) -> str | None:
+    """A modifier set to other than its default where the knob it modifies is off: it would be
+    ignored while the point claims it. Its default value claims nothing."""
+    for name, acts, why in _MODIFIERS:
+        if knobs[name] != GENERIC[name].default and not acts(knobs):
+            return f"{name}={knobs[name]!r}: {why}"
+    if knobs["sharding"] == "none" and (set_ := ddp_set(knobs)):
+        return f"{set_[0]} configures DDP: it needs sharding=ddp (now none)"
     return None
+
+
+def ddp_set(knobs: dict[str, Any]) -> list[str]:
+    """The DDP knobs set to other than their defaults (``name=value``)."""
+    return [f"{n}={knobs[n]!r}" for n in DDP_KNOBS if knobs[n] != GENERIC[n].default]
+
+
+def ignored(knobs: dict[str, Any]) -> dict[str, str]:
+    """What the record states of knobs that do not act but are not refused: DDP's under FSDP2, which
+    the committed sharding suites (dreamzero-5b-sharding*, wallx-sharding*) set once for every
+    strategy; refusing them would skip those suites' FSDP2 points and change their point ids."""
+    if knobs["sharding"].startswith("fsdp2") and (set_ := ddp_set(knobs)):
+        return {"knobs_ignored": f"{', '.join(set_)}: DDP's knobs do not act under sharding={knobs['sharding']}"}
+    return {}

@@ -17,10 +17,9 @@ from torch.profiler import record_function
 
 from benchbay.collect.compute_fidelity import ComputeFidelity, Reference
 from benchbay.collect.fidelity import Fidelity, UpdateFidelity
+from benchbay.knobs import adam, float8, precision, recompute, rules, sharding
 from benchbay.knobs import compile as compile_knob
-from benchbay.knobs import float8, precision, recompute, rules, sharding
 from benchbay.knobs import optimizer as optimizer_knob
-from benchbay.knobs.adam import hyper_of
 from benchbay.knobs.offload import CPUOffloadedOptimizer
 
 if TYPE_CHECKING:  # the workload's class, for types only
@@ -120,17 +119,29 @@ def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.dev
     compile_knob.apply(parts, knobs["compile"], knobs["cuda_graph"])
     model = sharding.apply(parts, knobs, device)
     params = [p for p in parts.model.parameters() if p.requires_grad]
+    masters = None
     if knobs["offload"] == "optimizer" and knobs["sharding"] == "none":
         optimizer = CPUOffloadedOptimizer(params, workload.optimizer, knobs["offload_shards"])
-        # this process stands for one ZeRO-2 rank: it steps (and is judged on) its share
-        stepped = [(optimizer.owned, hyper_of(optimizer.inner)[0][1])]
+        _check_recipe(optimizer.inner)
+        # this process stands for one ZeRO-2 rank: it steps (and is judged on) its share, whose weights
+        # are the fp32 masters (the device copies are their rounding, redone every step)
+        stepped, masters = [(optimizer.owned, adam.hyper_of(optimizer.inner)[0][1])], optimizer.master
     else:
-        optimizer = optimizer_knob.build(knobs["optimizer"], params, workload.optimizer(params), knobs)
-        stepped = hyper_of(optimizer)
+        recipe = workload.optimizer(params)
+        _check_recipe(recipe)
+        optimizer = optimizer_knob.build(knobs["optimizer"], params, recipe, knobs)
+        stepped = adam.hyper_of(optimizer)
     # the point's own pass of compute fidelity is the step's backward (bound late: the step is made below)
     compute = ComputeFidelity(workload, reference, parts.model, knobs, device, lambda batch: step.backward(batch),
-                              facts={**parts.facts, **converted})
+                              facts={**parts.facts, **converted, **rules.ignored(knobs)})
     step = TrainStep(workload, model, params, optimizer, lambda: precision.autocast(knobs["precision"], device),
                      graphs=knobs["cuda_graph"] != "off",
-                     fidelity=Fidelity(UpdateFidelity(stepped, seed=knobs["seed"]), compute))
+                     fidelity=Fidelity(UpdateFidelity(stepped, seed=knobs["seed"], masters=masters), compute))
     return step
+
+
+def _check_recipe(optimizer) -> None:
+    """Refuse a workload optimizer that is not AdamW's update: update fidelity would judge it against
+    AdamW, and every optimizer knob value but adamw would replace it with AdamW."""
+    if reason := adam.recipe_refusal(optimizer):
+        raise rules.Refused(reason)

@@ -36,6 +36,7 @@ from rich.console import Console
 
 from benchbay import store
 from benchbay.analysis.cost import cost_per_million_samples
+from benchbay.analysis.update_fidelity import verdict
 from benchbay.launch.worker import EARLY_STEPS
 from benchbay.progress import describe
 from benchbay.record import (
@@ -43,6 +44,8 @@ from benchbay.record import (
     DEVICE_MEM_TOTAL_GIB,
     PEAK_MEM_RESERVED_GIB,
     SAMPLES_PER_S_PER_GPU,
+    UPDATE_APPLIED_SHARE,
+    UPDATE_APPLIED_SHARE_SE,
     Record,
     Status,
 )
@@ -58,8 +61,11 @@ from benchbay.tune.trials import BATCH, Trial, distributions, importances, key_m
 #: the trial statuses ``--retry-failed`` measures again: failures of the code, not results of the
 #: configuration (an oom bounds the batch, a non-finite loss is the configuration's)
 RETRIED = frozenset({Status.ERROR, Status.CRASH, Status.TIMEOUT})
-#: the knobs that decide whether the optimizer's update survives the weights' precision
-UPDATE_KNOBS = ("precision", "optimizer")
+#: the knobs that decide whether the optimizer's update survives the weights' precision (offload: the
+#: CPU optimizer steps fp32 masters of bf16 weights)
+UPDATE_KNOBS = ("precision", "optimizer", "offload")
+#: knobs that change the arithmetic of the gradients, which only compute fidelity measures
+ARITHMETIC_KNOBS = ("float8", "compile")
 #: proposals in a row that run nothing (already measured, or refused) before the search says the
 #: sampler has nothing new to try
 MAX_IDLE = 60
@@ -150,6 +156,11 @@ class Tuner(ConfirmStage):
         if c.faithful and record.extra.get("compute_fidelity") == "lossy":  # fast gradients that are wrong
             violation += 1.0
             why.append(f"compute fidelity lossy (gradient cosine {_fmt(m.get('compute_gradient_cosine'))})")
+        elif c.faithful and "compute_fidelity_skipped" in record.extra and (
+                changed := [f"{k}={record.knobs[k]}" for k in ARITHMETIC_KNOBS if record.knobs.get(k, "off") != "off"]):
+            # gradients of other arithmetic that nothing measured: unknown, as an uncertain update is
+            violation += 0.5
+            why.append(f"compute fidelity not measured with {' and '.join(changed)}")
         peak = m.get(PEAK_MEM_RESERVED_GIB)
         if c.max_peak_gib is not None and peak is not None and peak > c.max_peak_gib:
             violation += (peak - c.max_peak_gib) / c.max_peak_gib
@@ -357,13 +368,16 @@ class Tuner(ConfirmStage):
                 or self._lost_update(point.knobs))
 
     def _lost_update(self, knobs: dict[str, Any]) -> str | None:
-        """Under the faithful constraint, a configuration whose precision and optimizer already lost the
-        update in a trial (the optimizer's arithmetic on the weights' dtype, not the batch's or kernels')."""
+        """Under the faithful constraint, a configuration whose precision, optimizer and offload already lost
+        the update in a trial (the optimizer's arithmetic on the weights' dtype, not the batch's or kernels')."""
         for t in self.trials if self.tune.constraints.faithful else []:
-            if t.record.extra.get("fidelity") == "lossy" and all(
+            m = t.record.metrics
+            # the applied share's own verdict: a record lossy for tensors left without gradients (fidelity_untrained)
+            # lost them to its recompute or model, not to these knobs
+            if verdict(m.get(UPDATE_APPLIED_SHARE), m.get(UPDATE_APPLIED_SHARE_SE)) == "lossy" and all(
                     t.record.knobs.get(k) == knobs.get(k) for k in UPDATE_KNOBS):
-                return (" and ".join(f"{k}={knobs.get(k)}" for k in UPDATE_KNOBS)
-                        + f" lost the update in trial {t.number} (update fidelity lossy)")
+                *first, last = (f"{k}={knobs.get(k)}" for k in UPDATE_KNOBS)
+                return f"{', '.join(first)} and {last} lost the update in trial {t.number} (update fidelity lossy)"
         return None
 
     def _enqueue_fitting(self, study, params: dict[str, Any]) -> bool:

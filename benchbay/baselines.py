@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,22 @@ def run_machine_key(run_dir: str | Path) -> str:
 
 def run_suites(run_dir: str | Path) -> set[str]:
     return {r.get("suite") for r in _read_records(Path(run_dir))} - {None}
+
+
+def _record_lines(run: Path) -> bytes:
+    """A run's lines that are records, as stored; each other line said in a warning and left out.
+    ValueError for a run without a record."""
+    path = run / RECORDS
+    lines = path.read_bytes().split(b"\n") if path.is_file() else []
+    good = []
+    for n, got in record_lines(path) if lines else []:
+        if isinstance(got, str):
+            warnings.warn(f"{path}:{n}: {got}: left out of the baseline", stacklevel=3)
+        else:
+            good.append(lines[n - 1] + b"\n")
+    if not good:
+        raise ValueError(f"{path}: holds no records: nothing to save as a baseline")
+    return b"".join(good)
 
 
 def _check_readable(baseline: Path) -> None:
@@ -99,17 +116,13 @@ def save_baseline(run_dirs: str | Path | list[str | Path], name: str, results_ro
         raise ValueError(f"runs of several machines cannot make one baseline: {sorted(keys)}")
     key = keys.pop()
     _check_name(key, "machine key")
-    for run in runs:  # the gate's own check: a baseline it would refuse is never saved
-        _check_readable(run)
+    # the gate reads a baseline whole: only the runs' records go in, a torn line (a hard kill) left out
+    records = b"".join(_record_lines(run) for run in runs)
     manifest = _stored_manifest(runs[0])
     target = refuse_links(Path(results_root) / BASELINES_DIR / key / name, results_root)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-    with open(staging / RECORDS, "wb") as out:
-        for run in runs:
-            data = (run / RECORDS).read_bytes()
-            # a run that ends in a torn line: the next run's first record starts a line of its own
-            out.write(data if data.endswith(b"\n") or not data else data + b"\n")
+    (staging / RECORDS).write_bytes(records)
     if manifest:
         write_json(staging, MANIFEST, manifest)
     if target.exists():

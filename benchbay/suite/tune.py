@@ -57,9 +57,9 @@ class Objective:
 class Constraints:
     """What a trial must meet to count (an oom, crash, timeout or NaN never does):
     ``faithful``: its update fidelity says faithful and its compute fidelity is not lossy
-    (benchbay.collect.fidelity, benchbay.collect.compute_fidelity); a point with float8 or compile on
-    whose compute fidelity was not measured (``compute_fidelity_skipped``) counts half a violation, as
-    an uncertain update does: its gradients' arithmetic changed and nothing compared them;
+    (benchbay.collect.fidelity, benchbay.collect.compute_fidelity); a point with FP8 GEMMs (float8,
+    encoders_float8) whose compute fidelity was not measured (``compute_fidelity_skipped``) counts half
+    a violation, as an uncertain update does: its gradients' arithmetic changed and nothing compared them;
     ``max_peak_gib``: its peak reserved memory at most this (tune for a smaller card on a larger one);
     ``zero_retries``: the allocator never freed its cache and retried (a batch that only runs so)."""
 

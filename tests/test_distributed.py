@@ -116,6 +116,7 @@ devices: {{type: cpu, nproc: 2}}
     assert not _running_under(tmp_path)
 
 
+@pytest.mark.slow  # torchrun's start: 7 s
 def test_one_process_through_torchrun_trains_like_a_direct_launch(tmp_path, in_repo, monkeypatch):
     records = run_suite(tmp_path, monkeypatch, "tiny-torchrun1", f"""
 workload: {{name: "{TINY}"}}

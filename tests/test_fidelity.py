@@ -482,6 +482,7 @@ def test_workloads_are_faithful_to_themselves_and_train_as_if_it_never_ran(name,
     assert losses[0] == losses[1]  # the same random draws and weights after it: the steps do not see it
 
 
+@pytest.mark.slow  # a tiny model's steps to a verdict: 8 s
 def test_pure_bf16_weights_are_compared_against_fp32_weights():
     cls = registry.resolve("dreamzero")
     values = {**knob_table.defaults_for(cls), "precision": "bf16", "attention": "sdpa"}

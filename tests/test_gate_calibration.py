@@ -38,6 +38,7 @@ def pool(seed, *, same=20, slower=10, slowdown=0.25, between=0.1, steps=20):
     return records_to_frame(out)
 
 
+@pytest.mark.slow  # a thousand resampled gates: 16 s
 def test_a_large_planted_slowdown_is_always_caught_and_identical_code_rarely_fails():
     result = calibrate(pool(0, slowdown=1.0), "step_time:median:25%", draws=200)
     assert result.pool == (20, 10) and result.draws == 200 and result.busy == 2

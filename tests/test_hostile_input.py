@@ -284,6 +284,7 @@ class Daemon(Tiny):
 '''
 
 
+@pytest.mark.slow  # a point's timeout: 10 s
 def test_a_process_a_step_started_in_a_session_of_its_own_does_not_outlive_the_point(tmp_path, in_repo,
                                                                                     monkeypatch):
     import psutil

@@ -274,6 +274,7 @@ def test_search_edges_pick_largest_fit_and_smallest_oom():
     assert search_edges(records[:1], "mbs") == [("largest_ok", records[0])]
 
 
+@pytest.mark.slow  # torch.profiler in a point's process: 10 s
 def test_profile_points_runs_the_chosen_points_under_the_profiler(tmp_path, in_repo):
     path = write_suite(tmp_path / "prof.yaml", f"""
 name: prof

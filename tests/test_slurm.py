@@ -5,6 +5,7 @@ a multi-node point asks for."""
 import os
 
 import numpy as np
+import pytest
 import submitit
 
 from benchbay import knobs as knob_table
@@ -23,6 +24,7 @@ def spec(device: str = "cpu", timeout: float = 120, **knobs) -> PointSpec:
                      knobs={**knob_table.defaults_for(Tiny), "precision": "fp32", **knobs})
 
 
+@pytest.mark.slow  # a submitit local job: 10 s
 def test_local_job_gives_the_outcome_of_a_local_point(tmp_path, in_repo, in_process):
     local = in_process.run(spec(), tmp_path / "here")  # the worker's result, as a point's process merges it
     job = SlurmLauncher(params={"cluster": "local"}).run(spec(), tmp_path / "job")

@@ -253,6 +253,7 @@ steps: {{warmup: 1, measure: 2}}
     ("workload.params.step_s=.nan", "workload.params.step_s"),
     ("workload.params.step_s=.inf", "workload.params.step_s"),
     ("tune={space: {mbs: {min: 1, max: 1" + "0" * 400 + "}}}", "tune.space.mbs"),
+    ("profile=[no-such-point]", "profile[0]"),  # it would profile nothing
 ])
 def test_a_bad_value_is_a_problem_naming_its_key(tmp_path, override, key):
     with pytest.raises(SuiteError) as err:
@@ -302,3 +303,14 @@ def test_a_bad_gate_threshold_or_description_is_refused_at_validation(tmp_path, 
     with pytest.raises(SuiteError) as err:
         load(write_suite(tmp_path / "s.yaml", SMALL + extra + "\n"))
     assert [p.key for p in err.value.problems] == [key]
+
+
+def test_a_loss_tolerance_and_a_peak_that_are_no_numbers_name_their_flag_and_variable(monkeypatch):
+    from benchbay.commands.judge import _loss_checks
+    from benchbay.commands.resolve import peak_flops
+
+    with pytest.raises(ValueError, match="--loss-equivalence 'a:b:x:1': RTOL and ATOL"):
+        _loss_checks(None, ["a:b:x:1"])
+    monkeypatch.setenv("BENCHBAY_PEAK_TFLOPS", "abc")
+    with pytest.raises(ValueError, match="BENCHBAY_PEAK_TFLOPS='abc'"):
+        peak_flops()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from benchbay.commands.output import console
@@ -52,7 +53,12 @@ def _loss_checks(df, specs: list[str]):
         parts = spec.split(":")
         if len(parts) not in (2, 4):
             raise ValueError(f"--loss-equivalence {spec!r}: expected REFERENCE:CANDIDATE[:RTOL:ATOL] labels")
-        tol = {"rtol": float(parts[2]), "atol": float(parts[3])} if len(parts) == 4 else {}
+        try:
+            tol = {"rtol": float(parts[2]), "atol": float(parts[3])} if len(parts) == 4 else {}
+        except ValueError:
+            tol = {"rtol": math.nan}
+        if any(not math.isfinite(v) or v < 0 for v in tol.values()):
+            raise ValueError(f"--loss-equivalence {spec!r}: RTOL and ATOL: finite numbers >= 0")
         checks.append(loss_equivalence(df, parts[0], parts[1], **tol))
     return checks
 

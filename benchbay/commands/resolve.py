@@ -3,6 +3,7 @@ against, the suites and tunes the runs hold, the peak FLOP/s and the GPU-hour pr
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -13,7 +14,15 @@ PEAK_ENV_VAR = "BENCHBAY_PEAK_TFLOPS"
 def peak_flops() -> float | None:
     """The peak FLOP/s forced by ``BENCHBAY_PEAK_TFLOPS``, else None (each device's own)."""
     tflops = os.environ.get(PEAK_ENV_VAR)
-    return float(tflops) * 1e12 if tflops else None
+    if not tflops:
+        return None
+    try:
+        value = float(tflops)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{PEAK_ENV_VAR}={tflops!r}: a peak in TFLOP/s, a finite number > 0")
+    return value * 1e12
 
 
 def gpu_hour_price(args, runs) -> float | dict[str, float]:

@@ -97,6 +97,9 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
             v.error(f"gate[{i}]", str(exc))
     description = v.typed(raw, "description", str) or ""
     profile = v.list_of(raw, "profile", str)
+    for i, label in enumerate(profile):  # a label no point has would profile nothing, silently
+        if label not in labels:
+            v.error(f"profile[{i}]", f"a label of sweep.points ({sorted(x for x in labels if x)}), got {label!r}")
     if steps.max_measure_s is not None:
         if profile:  # the profiler's schedule counts the measured steps
             v.error("steps.max_measure_s", "no budget with profile (profiled steps follow a fixed step count)")

@@ -102,7 +102,7 @@ class Command(Workload):
         self._log_lines: _Lines | None = None  # the output's
         self._probe_lines: _Lines | None = None  # rank 0's probe's
         self._probe_steps: list[dict[str, Any]] = []  # its lines of one process (the first to write a step)
-        self._matched = [0, 0]  # the output's lines searched by step_regex, and its matches among them
+        self._step_lines = 0  # the output's lines step_regex matched, of those it searched (_log_lines.consumed)
         self.dataset_root: Path | None = None
         self.started = 0.0
         self.out: Path | None = None
@@ -203,7 +203,7 @@ class Command(Workload):
             return torch.OutOfMemoryError(f"the command ran out of memory: {said[-1].group(0).strip()[:300]}")
         seen = len(self.steps_seen())
         how = f"exit code {rc}" if rc >= 0 else f"signal {_signal_name(-rc)}"
-        if self.proc.returncode == 0:
+        if rc == 0:
             return CommandFailed(f"the command ended ({how}) after {seen} steps, before the {steps} the suite's "
                                  f"warm-up and measured steps need{self._no_steps_hint(seen)}\n{tail}")
         return CommandFailed(f"the command failed ({how}) after {seen} steps: {_last_line(tail)}\n{tail}")
@@ -221,19 +221,20 @@ class Command(Workload):
         if probed or not self.params["step_regex"] or self._log_lines is None:
             return probed
         lines, rx = self._log_lines.read(), re.compile(self.params["step_regex"])
-        self._matched = [len(lines), self._matched[1] + sum(1 for line in lines[self._matched[0]:] if rx.search(line))]
-        return [{"step": i} for i in range(self._matched[1])]
+        self._step_lines += sum(1 for line in lines[self._log_lines.consumed:] if rx.search(line))
+        self._log_lines.consumed = len(lines)
+        return [{"step": i} for i in range(self._step_lines)]
 
     def _probed(self) -> list[dict[str, Any]]:
         """The probe's steps of rank 0, from one process: the first to write a step (a script that
         starts several without a rank, torch.multiprocessing.spawn's, has each write as rank 0)."""
         if self._probe_lines is None:
             return []
-        lines, done = self._probe_lines.read(), self._probe_lines.consumed
-        for line in lines[done:]:
+        lines = self._probe_lines.read()
+        for line in lines[self._probe_lines.consumed:]:
             if line.endswith("}"):
                 step = json.loads(line)
-                if step.get("pid") == (self._probe_steps[0].get("pid") if self._probe_steps else step.get("pid")):
+                if not self._probe_steps or step.get("pid") == self._probe_steps[0].get("pid"):
                     self._probe_steps.append(step)
         self._probe_lines.consumed = len(lines)
         return self._probe_steps

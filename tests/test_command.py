@@ -165,6 +165,7 @@ def test_without_the_probe_the_output_times_the_steps_and_without_a_regex_the_po
     assert records["no-probe"].knobs["probe"] == "off"
 
 
+@pytest.mark.slow  # a point's timeout: 8 s
 def test_a_hung_command_times_out_with_nothing_left_running(tmp_path, in_repo):
     path = command_suite(tmp_path, "hang", steps="{warmup: 1, measure: 2}", timeout=8)
     (record,) = run_suite(path, tmp_path)
@@ -174,6 +175,7 @@ def test_a_hung_command_times_out_with_nothing_left_running(tmp_path, in_repo):
     assert left == []
 
 
+@pytest.mark.slow  # a killed point's process: 8 s
 def test_a_killed_points_scratch_goes_with_the_points_folder(tmp_path, in_repo):
     """The worker is killed at the timeout before it can remove the command's scratch: the scratch lies
     inside the point's folder, which the sweep removes."""

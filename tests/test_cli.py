@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from benchbay import store
 from benchbay.cli import main
@@ -214,6 +215,22 @@ def test_piped_show_fits_columns_by_cutting_its_long_texts(one_run, capsys, monk
     assert main(["show", "tiny", "--results", str(one_run)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) <= 100 and any("ValueError: a long" in line and "..." in line for line in lines)
+
+
+def test_a_line_break_in_a_stored_label_or_reason_never_forges_a_row(one_run, capsys, monkeypatch):
+    run = store.run_dir(one_run, "tiny", "r1")
+    store.append_record(run, Record(suite="tiny", run_id="r1", point_id="q", label="b\nforged  ok  999",
+                                    workload="w", knobs={"mbs": 1}, status=Status.ERROR,
+                                    reason="ValueError\rforged too", env={"machine_key": "cpu-x"}))
+    for columns in ("400", None):  # a pipe, and a terminal's table
+        if columns:
+            monkeypatch.setenv("COLUMNS", columns)
+        else:
+            monkeypatch.setattr("benchbay.commands.output.console", Console(force_terminal=True, width=400))
+        assert main(["show", "tiny", "--results", str(one_run)]) == 0
+        out = capsys.readouterr().out
+        assert not any(line.lstrip().startswith("forged") for line in out.splitlines()) and "\r" not in out
+        assert "b\\nforged" in out and "ValueError\\rforged too" in out
 
 
 def test_show_says_why_mfu_is_absent(one_run, capsys, monkeypatch):

@@ -31,6 +31,9 @@ def print_table(frame: pd.DataFrame, title: str) -> None:
     """A display table fitted to the terminal (long texts cut: the full ones are in --export), or
     on a pipe plain lines as wide as they need."""
     texts = [c for c in frame.columns if c in ("notes", "reason", "what it does")]
+    # records are untrusted: a line break in a stored label or reason would forge a row of its own
+    frame = frame.map(_one_line).rename(columns=_one_line)
+    title = _one_line(title)
     if not console.is_terminal:
         widths = [max([len(str(c)), *(len(str(v)) for v in frame[c])]) for c in frame.columns]
         # COLUMNS set on a pipe: the long texts give way to fit it (12 characters at least)
@@ -55,6 +58,12 @@ def print_table(frame: pd.DataFrame, title: str) -> None:
                  for c, v in zip(frame.columns, row, strict=True)]
         table.add_row(*cells)
     console.print(table, highlight=False, soft_wrap=False)
+
+
+def _one_line(value: object) -> str:
+    """The text of a cell on one line: control characters written as their escapes."""
+    text = str(value)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _cut(text: str, width: int) -> str:

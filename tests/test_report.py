@@ -360,6 +360,16 @@ def test_waterfall_marks_missing_and_failed_labels(train):
     assert not math.isnan(table.loc["+compile", "step_change"])  # compared with baseline, the last ok
 
 
+def test_a_change_between_points_of_two_runs_says_so_and_one_run_says_nothing(train_records):
+    moved = [{**r, "run_id": "later-run"} if r["label"] == "+compile" else r for r in train_records]
+    table = waterfall(point_summary(records_to_frame(moved)).query("suite == 'fixture-train'"), BREAKDOWN)
+    notes = table.set_index("label")["notes"]
+    assert "measured in run later-run, its base in run" in notes["+compile"]
+    assert "measured in run" not in notes["baseline"]
+    one_run = waterfall(point_summary(records_to_frame(train_records)).query("suite == 'fixture-train'"), BREAKDOWN)
+    assert not one_run["notes"].str.contains("measured in run").any()
+
+
 def test_leave_one_out_finds_labelled_and_one_knob_points(train_records, train):
     table = leave_one_out(train, "+selective", "mbs").set_index("without")
     assert set(table.index) == {"attention", "cuda_graph", "recompute=selective"}

@@ -16,8 +16,9 @@ with a process's luck. Throughput changes are the reciprocal, interval included,
 time per sample is always faster. A change whose interval includes no change is ``not
 significant`` (its ``verdict``); the cumulative speed-up has an interval of its own. The
 per-sample figures the summary has (cost per 1M samples, energy: benchbay.analysis.cost) follow
-throughput. ``notes`` carries each point's noise and health notes. When a label names several
-points (a labelled point crossed with a grid), the first is used.
+throughput. ``notes`` carries each point's noise and health notes, and names the runs where a
+change compares points measured in two. When a label names several points (a labelled point
+crossed with a grid), the first is used.
 """
 
 from __future__ import annotations
@@ -89,9 +90,17 @@ def _first_with_label(summary: pd.DataFrame, label: str) -> pd.Series | None:
     return found.iloc[0] if len(found) else None
 
 
-def _figures(point: pd.Series, figures: Sequence[str]) -> dict[str, Any]:
+def _figures(point: pd.Series, figures: Sequence[str], base: pd.Series | None = None) -> dict[str, Any]:
+    notes = [point.get("notes", ""), _across_runs(base, point) if base is not None else ""]
     return {STEP_TIME_S: point[STEP_TIME_S], SAMPLES_PER_S_PER_GPU: point[SAMPLES_PER_S_PER_GPU],
-            **{c: point[c] for c in figures}, "notes": point.get("notes", "")}
+            **{c: point[c] for c in figures}, "notes": "; ".join(n for n in notes if isinstance(n, str) and n)}
+
+
+def _across_runs(base: pd.Series, point: pd.Series) -> str:
+    """A change between points of two runs holds what else differed between them (the day, the
+    card's clocks, the versions): said beside it, never silently credited to the knobs."""
+    runs = (base.get("run_id"), point.get("run_id"))
+    return f"measured in run {runs[1]}, its base in run {runs[0]}" if all(runs) and runs[0] != runs[1] else ""
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
@@ -113,7 +122,7 @@ def waterfall(summary: pd.DataFrame, labels: Sequence[str], confidence: float = 
         if point is None:
             rows.append({"label": label, "status": "missing"})
             continue
-        row = {"label": label, "status": point["status"], **_figures(point, figures),
+        row = {"label": label, "status": point["status"], **_figures(point, figures, previous),
                "fidelity": point.get("fidelity", ""),
                "changes": knob_changes(previous, point, identity) if previous is not None else ""}
         if point["status"] == Status.OK:
@@ -154,7 +163,7 @@ def leave_one_out(summary: pd.DataFrame, best_label: str, knob: str = "mbs", con
         else:
             continue
         row = {"without": without, "point": point["name"], "status": point["status"],
-               "changes": knob_changes(best, point, identity), **_figures(point, figures)}
+               "changes": knob_changes(best, point, identity), **_figures(point, figures, best)}
         if point["status"] == Status.OK:
             row.update(point_changes(best, point, confidence))
         rows.append(row)

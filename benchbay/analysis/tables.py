@@ -44,7 +44,7 @@ MAX_METRICS = (rec.PEAK_MEM_ALLOCATED_GIB, rec.PEAK_MEM_RESERVED_GIB, rec.DEVICE
                rec.NVML_MEM_USED_GIB, rec.PEAK_HOST_RSS_GIB)
 #: per-record lists kept from the first ok repeat
 SERIES = (rec.STEP_TIMES_S, rec.LOSSES, rec.CPU_UTIL, rec.CPU_UTIL_T, rec.DATA_WAITS_S)
-IDENTITY = ("suite", "workload", "point_id", "world_size", "device", "env.gpu", "knob_names")
+IDENTITY = ("suite", "run_id", "workload", "point_id", "world_size", "device", "env.gpu", "knob_names")
 
 
 def combined_status(statuses: Sequence[str]) -> str:

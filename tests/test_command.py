@@ -89,7 +89,7 @@ def test_a_script_runs_as_it_is_its_switches_swept_and_its_steps_timed_by_the_pr
                                                                                  (Status.OK, 4, "1")]
     for r in records:
         assert r.extra["probe"] == "optimizer-step hook"
-        assert r.metrics["samples_per_step"] == r.knobs["mbs"]
+        assert r.metrics["samples_per_step"] == r.knobs["mbs"] and r.metrics["skipped_steps"] == 0
         assert len(r.series["step_times_s"]) == 8 and len(r.series["losses"]) == 8
         assert r.extra["command"][3] == str(r.knobs["mbs"])  # the flag took the point's batch
         assert 0.05 < r.metrics["peak_host_rss_gib"] < 8  # the script's process (torch alone is ~0.3 GiB)

@@ -63,6 +63,10 @@ def _probe_module(tmp_path):
 TORCH = types.SimpleNamespace(cuda=_FakeCuda, distributed=types.SimpleNamespace(is_available=lambda: False))
 
 
+class _Optimizer:  # an optimizer as the probe holds it: weakly
+    pass
+
+
 def test_on_a_gpu_the_probe_writes_a_step_once_its_event_completed_with_the_allocators_peaks(tmp_path, monkeypatch):
     module = _probe_module(tmp_path)
     _Event.done.clear()
@@ -70,7 +74,7 @@ def test_on_a_gpu_the_probe_writes_a_step_once_its_event_completed_with_the_allo
     monkeypatch.setattr(module.time, "time", lambda: next(clock))
     probe = module._Probe(TORCH)
     assert not (tmp_path / "probe.0").exists()  # nothing until the first step
-    optimizer = object()
+    optimizer = _Optimizer()
     for step in range(3):  # each step's end 0.5 s after the last; none completed yet
         _FakeCuda.clock = 0.5 * (step + 1)
         probe.hook(optimizer, (), {})
@@ -85,8 +89,38 @@ def test_on_a_gpu_the_probe_writes_a_step_once_its_event_completed_with_the_allo
     assert lines[0]["pid"] == os.getpid()
     assert lines[1]["peak_allocated"] == 2_000_000_000 and lines[1]["peak_reserved"] == 4_000_000_000
     assert 0 < lines[0]["probe_s"] <= lines[1]["probe_s"]
-    probe.hook(object(), (), {})  # another optimizer's step is not the training's
+    probe.hook(_Optimizer(), (), {})  # another optimizer's step is not the training's
     assert len(probe.marks) == 4
+
+
+class _Scaler:
+    """torch.amp.GradScaler as the probe sees it: its step skips the optimizer's where the
+    gradients held an inf or a NaN."""
+
+    def __init__(self, probe):
+        self.probe, self.found_inf = probe, False
+
+    def step(self, optimizer):
+        if not self.found_inf:
+            self.probe.hook(optimizer, (), {})  # the optimizer's step, and so torch's global hook
+
+
+def test_a_step_a_grad_scaler_skipped_is_a_step_said_skipped_and_a_rebuilt_optimizer_counts(tmp_path):
+    module = _probe_module(tmp_path)
+    cpu = types.SimpleNamespace(is_initialized=lambda: False)
+    probe = module._Probe(types.SimpleNamespace(cuda=cpu, amp=types.SimpleNamespace(GradScaler=_Scaler),
+                                                distributed=types.SimpleNamespace(is_available=lambda: False)))
+    scaler, optimizer = _Scaler(probe), _Optimizer()
+    for found_inf in (False, True, False):  # fp16's scale finding an overflow at the second step
+        scaler.found_inf = found_inf
+        scaler.step(optimizer)
+    assert len(probe.marks) == 3
+    del optimizer  # the script drops its optimizer for a new one (a stage change): its steps count now
+    scaler.found_inf = False
+    scaler.step(_Optimizer())
+    probe.flush(wait=True)
+    lines = [json.loads(line) for line in (tmp_path / "probe.0").read_text().splitlines()]
+    assert [line["skipped"] for line in lines] == [False, True, False, False]
 
 
 def test_an_error_of_the_probes_own_turns_it_off_and_never_fails_the_scripts_step(tmp_path, capsys):
@@ -97,3 +131,14 @@ def test_an_error_of_the_probes_own_turns_it_off_and_never_fails_the_scripts_ste
     probe.hook(object(), (), {})
     assert probe.off and "benchbay probe: off after an error of its own" in capsys.readouterr().err
     probe.flush(wait=True)  # at exit too
+
+
+def test_the_tables_say_a_commands_skipped_steps_beside_its_figures():
+    from benchbay.analysis.frame import records_to_frame
+    from benchbay.analysis.tables import point_summary
+
+    record = {"suite": "s", "run_id": "r", "point_id": "p", "label": "a", "workload": "command", "knobs": {"mbs": 1},
+              "status": "ok", "metrics": {"step_time_s": 0.1, "samples_per_s_per_gpu": 10.0, "skipped_steps": 2},
+              "series": {"step_times_s": [0.1] * 5}}
+    notes = point_summary(records_to_frame([record]))["notes"].iloc[0]
+    assert "2 steps skipped by its GradScaler" in notes

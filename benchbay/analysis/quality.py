@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from benchbay.analysis.frame import is_missing
+from benchbay.record import SKIPPED_STEPS
 
 #: above this coefficient of variation of the steady steps, a median of a few steps moves by
 #: several percent from one run to the next (a quiet GPU step is below 0.02)
@@ -44,6 +45,13 @@ def graph_break_note(rows: pd.DataFrame) -> str | None:
         return None
     reasons = next((r for r in rows.get("extra.graph_break_reasons", ()) if isinstance(r, list) and r), None)
     return f"compiled in part: {int(max(counts))} graph breaks" + (f" ({reasons[0]})" if reasons else "")
+
+
+def skipped_note(rows: pd.DataFrame) -> str | None:
+    """``2 steps skipped by its GradScaler``: a command's steps whose gradients held an inf or a NaN,
+    so its optimizer did not step (fp16's scale search); timed as steps, said beside them."""
+    counts = [c for c in rows.get(SKIPPED_STEPS, ()) if not is_missing(c) and c > 0]
+    return f"{int(max(counts))} steps skipped by its GradScaler (inf or NaN gradients)" if counts else None
 
 
 def cards_note(rows: pd.DataFrame) -> str | None:

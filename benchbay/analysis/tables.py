@@ -26,7 +26,7 @@ from benchbay.analysis.cost import COST, FIGURES, PRICE_KEY, cost_column, price_
 from benchbay.analysis.frame import group_keys, is_missing, knob_columns, param_columns, rows_to_frame, varying_columns
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL, compare_losses
 from benchbay.analysis.mfu import datasheet_mfu_column, fp8_mfu_column, mfu_column, peak_label_column
-from benchbay.analysis.quality import cards_note, graph_break_note, notes, warnings_of
+from benchbay.analysis.quality import cards_note, graph_break_note, notes, skipped_note, warnings_of
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, coefficient_of_variation
 from benchbay.analysis.steady import detect_warmup
 from benchbay.analysis.update_fidelity import verdict, with_compute
@@ -149,7 +149,7 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     # a decoder's step is the wait for its next sample, which a queue filled ahead answers at once:
     # its spread says nothing of the decoding, whose figures are its latency and CPU
     out["notes"] = notes(None if decodes(ok) else out[rec.STEP_TIME_CV], [*out["health_warnings"], graph_break_note(ok),
-                                                                           cards_note(ok)])
+                                                                           cards_note(ok), skipped_note(ok)])
     command = "workload" in ok and bool((ok["workload"] == "command").any())
     out["fidelity"] = with_compute(fidelity_label(out[rec.UPDATE_APPLIED_SHARE], out[rec.UPDATE_APPLIED_SHARE_SE],
                                                   trains=_has_losses(out.get(rec.LOSSES)), command=command),

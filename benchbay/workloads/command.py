@@ -36,6 +36,7 @@ from benchbay.record import (
     PEAK_MEM_ALLOCATED_GIB,
     PEAK_MEM_RESERVED_GIB,
     PROBE_HOST_S,
+    SKIPPED_STEPS,
 )
 from benchbay.workloads.base import Workload
 
@@ -278,6 +279,8 @@ class Command(Workload):
             metrics[PEAK_HOST_RSS_GIB] = seen[-1]["peak_rss"] / 2**30
         if seen and isinstance(seen[-1].get("world"), int) and seen[-1]["world"] > 1:  # torchrun in its argv
             metrics[COMMAND_RANKS] = seen[-1]["world"]
+        if seen and "skipped" in seen[-1]:
+            metrics[SKIPPED_STEPS] = sum(bool(s.get("skipped")) for s in seen)
         if len(seen) > 1 and "probe_s" in seen[-1]:  # the probe's hook: host seconds a step, a bound on its cost
             metrics[PROBE_HOST_S] = (seen[-1]["probe_s"] - seen[0]["probe_s"]) / (len(seen) - 1)
         if self.params["loss_regex"]:

@@ -8,7 +8,9 @@ line names its process, for scripts that start several without a rank, and the r
 the step's duration from the previous step's end (CUDA events on a GPU, read once completed, so the
 probe never synchronises; the host clock on a CPU), the wall clock at the step's end, peak allocated
 and reserved device memory so far, and the host seconds spent in the probe's hook so far (its cost a
-step on the host, hidden wherever the device is behind the host). It never asks CUDA anything before
+step on the host, hidden wherever the device is behind the host). A step a GradScaler skipped (no
+optimizer step, so no hook) is marked all the same, and said; an optimizer the script drops for a
+new one hands the count to the new one. It never asks CUDA anything before
 the script's first step has (``torch.cuda.is_available()`` would initialise the driver in every
 process, DataLoader workers included), and an error of its own turns it off rather than fail the
 script's step. Where ``BENCHBAY_PROBE_PROFILE`` names a folder (``benchbay profile``),
@@ -24,6 +26,7 @@ import os
 import resource
 import sys
 import time
+import weakref
 
 OUT = os.environ.get("BENCHBAY_PROBE_OUT")
 PROFILE = os.environ.get("BENCHBAY_PROBE_PROFILE")
@@ -39,13 +42,16 @@ class _Probe:
         self.cuda = False  # decided at the first step: CUDA events once the script's CUDA is up
         self.rank, self.world = "0", 1
         self.file = None
-        self.optimizer = None  # the first optimizer that steps: its steps are the training's
+        # the first optimizer that steps, weakly: its steps are the training's, until the script drops
+        # it for another (an optimizer rebuilt at a stage change), whose steps then count
+        self.optimizer = None
         self.marks = []  # per step: a CUDA event, or the host clock
         self.ended = []  # per step: the wall clock as its hook ran (the host's view of its end)
         self.written = 0
         self.off = False
         self.profiler = None
         self.spent = 0.0  # host seconds inside the hook, over the steps whose hook has returned
+        self.skipped = set()  # the steps a GradScaler skipped (inf or NaN gradients): iterations all the same
 
     def hook(self, optimizer, args, kwargs):
         if self.off:
@@ -62,17 +68,39 @@ class _Probe:
     def _first(self, optimizer):
         """At the first step: the optimizer whose steps count, the clock, the rank and its file."""
         torch = self.torch
-        self.optimizer = id(optimizer)
+        self.optimizer = weakref.ref(optimizer)
+        self._watch_scaler()
         self.cuda = torch.cuda.is_initialized()
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         self.rank = str(torch.distributed.get_rank()) if distributed else os.environ.get("RANK", "0")
         self.world = torch.distributed.get_world_size() if distributed else int(os.environ.get("WORLD_SIZE", "1"))
         self.file = open(f"{OUT}.{self.rank}", "a", buffering=1)  # noqa: SIM115 - open for the process's life
 
+    def _watch_scaler(self):
+        """A GradScaler skips the optimizer's step, so its hook, where the gradients hold an inf or
+        a NaN (fp16's first steps, often): that iteration's end is marked all the same, or the next
+        step's time would hold two."""
+        scaler = getattr(getattr(self.torch, "amp", None), "GradScaler", None)
+        if scaler is None:
+            return
+        probe, original = self, scaler.step
+
+        def step(scaler_self, optimizer, *args, **kwargs):
+            marked = len(probe.marks)
+            result = original(scaler_self, optimizer, *args, **kwargs)
+            if len(probe.marks) == marked and probe.optimizer() is optimizer:
+                probe.skipped.add(marked)  # before the hook: on a CPU it writes the step's line at once
+                probe.hook(optimizer, args, kwargs)
+            return result
+
+        scaler.step = step
+
     def _hook(self, optimizer):
         if self.optimizer is None:
             self._first(optimizer)
-        if id(optimizer) != self.optimizer:
+        elif self.optimizer() is None:  # the counted optimizer is gone: the script built another
+            self.optimizer = weakref.ref(optimizer)
+        if self.optimizer() is not optimizer:
             return
         torch = self.torch
         self.ended.append(time.time())
@@ -132,7 +160,8 @@ class _Probe:
             # this process's peak RSS since it started (the OS keeps no window): a CPU run's peak memory
             mem["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             self.file.write(json.dumps({"step": i, "dt": dt, "t": self.ended[i], "pid": os.getpid(),
-                                        "world": self.world, "probe_s": self.spent, **mem}) + "\n")
+                                        "world": self.world, "probe_s": self.spent, "skipped": i in self.skipped,
+                                        **mem}) + "\n")
             self.written += 1
 
 

@@ -1,5 +1,6 @@
-"""The README's examples run as written: the loop (run, show, baseline save, run, compare, gate) and
-the custom training step, both read from the README itself so that the two cannot drift apart; and
+"""The README's examples run as written: the loop (run, show, baseline save, run, compare, gate) read
+from the README itself, and the custom training step from the guide it points to, so that neither
+can drift from what runs; and
 the tools the docs send users to are the project's own."""
 
 import glob
@@ -16,6 +17,7 @@ from benchbay.suite import Steps
 from tests.conftest import ROOT, TINY, InProcessLauncher, write_suite
 
 README = (ROOT / "README.md").read_text()
+GUIDE = (ROOT / "docs/guide.md").read_text()
 #: the quickstart's stand-in: one point whose step sleeps 20 ms; its gate fails only a step 5x slower,
 #: so that an A/A on a shared 2-core machine (steps of 20 to 75 ms seen) tests the loop, not the noise
 TINY_QUICKSTART = f"""
@@ -28,8 +30,8 @@ gate: ["step_time:median:400%"]
 """
 
 
-def _blocks(language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", README, re.M | re.S)
+def _blocks(language: str, text: str = README) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, re.M | re.S)
 
 
 def readme_loop() -> list[str]:
@@ -79,9 +81,9 @@ def test_the_readme_loop_runs_as_written(tmp_path, monkeypatch, capsys):
 
 
 def test_the_readme_custom_step_runs(tmp_path, monkeypatch):
-    """The README's own training step, as its package's file, measured as a point (narrower than
-    written: its 1024-wide blocks take a second a step on one CPU thread)."""
-    (snippet,) = [block for block in _blocks("python") if "class MyStep" in block]
+    """The guide's own training step (the README points to it), as its package's file, measured as a
+    point (narrower than written: its 1024-wide blocks take a second a step on one CPU thread)."""
+    (snippet,) = [block for block in _blocks("python", GUIDE) if "class MyStep" in block]
     package = tmp_path / "mypkg"
     package.mkdir()
     (package / "__init__.py").write_text("")

@@ -142,3 +142,27 @@ def test_the_tables_say_a_commands_skipped_steps_beside_its_figures():
               "series": {"step_times_s": [0.1] * 5}}
     notes = point_summary(records_to_frame([record]))["notes"].iloc[0]
     assert "2 steps skipped by its GradScaler" in notes
+
+
+def test_torchs_own_grad_scaler_skipping_a_step_on_a_cpu_is_seen(tmp_path):
+    """The same through torch.amp.GradScaler itself, in a script's process with the probe loaded as
+    a command's is: an inf loss at its third step skips that optimizer step."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "m = torch.nn.Linear(4, 4)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "scaler = torch.amp.GradScaler('cpu')\n"
+        "for i in range(5):\n"
+        "    opt.zero_grad()\n"
+        "    loss = m(torch.randn(2, 4)).sum() * (float('inf') if i == 2 else 1.0)\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n")
+    env = {**os.environ, "BENCHBAY_PROBE_OUT": str(tmp_path / "probe"), "PYTHONPATH": str(PROBE_DIR)}
+    subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=120)
+    lines = [json.loads(line) for line in (tmp_path / "probe.0").read_text().splitlines()]
+    assert [line["skipped"] for line in lines] == [False, False, True, False, False]

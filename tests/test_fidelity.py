@@ -460,6 +460,16 @@ def test_a_reference_that_does_not_fit_is_skipped_with_the_reason(monkeypatch):
     assert "GiB are free" in out["extra"]["compute_fidelity_skipped"]
 
 
+def test_a_reference_whose_points_recompute_would_not_fit_recomputes_every_block(monkeypatch):
+    monkeypatch.setattr(compute_fidelity, "_peak", lambda device: 10**12)  # the point's step filled the card
+    monkeypatch.setattr(compute_fidelity, "_free_bytes", lambda device: 10**9)  # its weight copies still fit
+    for recompute in ("off", "selective"):
+        out = measured(*tiny(recompute=recompute))
+        assert out["extra"]["compute_fidelity"] == "faithful", recompute  # the same gradients, replayed
+        assert out["metrics"]["compute_gradient_cosine"] == pytest.approx(1.0, abs=1e-12)
+        assert "recompute=full" in out["extra"]["compute_fidelity_sample"]
+
+
 @pytest.mark.parametrize("name, params, knobs", [
     ("wallx", {"preset": "wallx-tiny"}, {"attention": "sdpa", "vision_attention": "sdpa"}),  # draws in its forward
     pytest.param("dreamzero", {"preset": "dreamzero-tiny"}, {"attention": "sdpa"}, marks=pytest.mark.slow),

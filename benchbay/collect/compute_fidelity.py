@@ -6,8 +6,9 @@ just before the measured steps, the point runs its own forward and backward on o
 first measured step's; a loader feeding the step gives one batch more) and so does the reference:
 the same weights, batch and random draws, eager, bf16 autocast over fp32 weights (fp32 for an fp32
 point), the point's recompute (the same arithmetic, replayed; a reentrant checkpoint gives no
-gradient to a block whose inputs need none, so the reference's blocks take inputs that do) and no
-other knob. Their gradients are compared on a fixed sample of parameter tensors (``sample``): up
+gradient to a block whose inputs need none, so the reference's blocks take inputs that do), or every
+block recomputed where the point's would not fit beside it (the same gradients again) and no other
+knob. Their gradients are compared on a fixed sample of parameter tensors (``sample``): up
 to ``TENSORS_PER_GROUP`` of each group, evenly spaced through it, ``ELEMENTS_PER_TENSOR`` strided
 elements of each; cosine similarity and relative error per group and over all of them, and a verdict
 (``verdict``); lossy too where a trainable tensor gets a gradient in the reference and none in the
@@ -21,8 +22,9 @@ convolutions (autocast computes with those in bf16 either way; only a linear cal
 step then sums its two bf16 gradients in bf16 rather than fp32); fp32 copies of the rest; an FSDP2
 shard gathered whole. So it costs one step's activations and gradients and what it copies. The
 worker runs it before the timers start and the peak memory is reset; the random state is restored
-after. Where the copies and a step's working memory would not fit in the free device memory (the
-14B on one card may not), it is not measured and the record says why, as it does where the
+after. Where the copies and a step's working memory would not fit in the free device memory, the
+reference recomputes every block; where the copies alone would not (the 14B on one card may not),
+it is not measured and the record says why, as it does where the
 point's random draws differ from eager's (compiled random ops draw from inductor's own generator).
 """
 
@@ -143,6 +145,7 @@ class ComputeFidelity:
         self.point = point  # the point's own forward and backward of a batch
         self.facts = facts or {}
         self.reference_precision = "fp32" if knobs["precision"] == "fp32" else "bf16_mixed"
+        self.reference_recompute = knobs["recompute"]  # or full, where the point's would not fit (_measure)
         self.figures: dict[str, Any] = {}
         self.untrained: list[str] = []  # trainable tensors the reference gives a gradient and the point none
         self.reason = reference.reason
@@ -195,13 +198,13 @@ class ComputeFidelity:
                           "compute_fidelity_sample": (
                               f"{overall['tensors']} parameter tensors (up to {TENSORS_PER_GROUP} a group), up to "
                               f"{ELEMENTS_PER_TENSOR} strided elements of each gradient, of one batch against the "
-                              f"reference: eager, {self.reference_precision}, recompute={self.knobs['recompute']}"
+                              f"reference: eager, {self.reference_precision}, recompute={self.reference_recompute}"
                               f"{' (reentrant, every block trained)' if self._lifted() else ''}, "
                               "the same weights, batch and random draws")}}
 
     def _lifted(self) -> bool:
         """Whether the reference's blocks take inputs that need a gradient (``_inputs_need_grad``)."""
-        return self.knobs["recompute_impl"] == "reentrant" and self.knobs["recompute"] != "off"
+        return self.knobs["recompute_impl"] == "reentrant" and self.reference_recompute != "off"
 
     def _measure(self, batch: Any) -> tuple[dict[str, Any], str | None]:
         start = _rng_state(self.device)
@@ -216,6 +219,10 @@ class ComputeFidelity:
             p.grad = None
         _set_rng_state(start, self.device)
         reason = self._fits(working)
+        if reason is not None and self.reference_recompute != "full" and any(self.reference.parts.regions.values()):
+            # every block recomputed replays the same ops, so the same gradients, holding a block's
+            # activations at a time: the reference of a point whose batch fills the card still fits
+            self.reference_recompute, reason = "full", self._fits(0)
         if not _everyone(reason is None, self.device):
             return {}, reason or "another rank's reference did not fit in its free memory"
         try:
@@ -237,7 +244,7 @@ class ComputeFidelity:
         tensors without a gradient) get a non-zero one here."""
         parts = self.reference.parts
         self._materialise(parts.model)
-        recompute.apply(parts, self.knobs["recompute"], reentrant=self.knobs["recompute_impl"] == "reentrant")
+        recompute.apply(parts, self.reference_recompute, reentrant=self.knobs["recompute_impl"] == "reentrant")
         if self._lifted():
             # not non-reentrant: it fails around the workload's CUDA-graphed helpers (PT #154306); and not
             # without recompute: the blocks' activations would not fit where the point's batch needs it

@@ -533,3 +533,24 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+def test_only_the_last_steps_loss_is_waited_for(monkeypatch):
+    """A loss printed every step may trail the probe's last step by a moment (waited for); one printed
+    every few steps is read at once, never waited for to the grace's end."""
+    from types import SimpleNamespace
+
+    from benchbay.workloads import command
+
+    def per_step(output: str, steps: int) -> list[float]:
+        fake = SimpleNamespace(output=lambda: output, proc=SimpleNamespace(poll=lambda: None))
+        return command.Command._per_step(fake, r"loss ([0-9.]+)", steps)
+
+    def no_wait(seconds):
+        raise AssertionError("waited")
+
+    monkeypatch.setattr(command.time, "sleep", no_wait)
+    assert per_step("loss 1.0\nloss 0.9\n", 8) == [1.0, 0.9]  # every 4 steps: read at once
+    with pytest.raises(AssertionError, match="waited"):
+        per_step("loss 1.0\nloss 0.9\n", 3)  # every step, the third's line still to come
+    assert per_step("loss 1.0\nloss 0.9\nloss 0.8\n", 3) == [1.0, 0.9, 0.8]

@@ -278,9 +278,15 @@ class Daemon(Tiny):
         if not hasattr(self, "started"):  # a helper in a session of its own, left running
             self.started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                                             start_new_session=True)
+            # and a daemon: double-forked, its environment cleared (no point mark), its parent gone
+            orphan = subprocess.run([sys.executable, "-c", ORPHAN], capture_output=True, text=True, check=True)
             with open(self.params["pidfile"], "a") as f:
-                f.write(f"{self.started.pid}\\n")
+                f.write(f"{self.started.pid}\\n{orphan.stdout.strip()}\\n")
         return super().loss(model, batch)
+
+
+ORPHAN = ("import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+          "env={}, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)")
 '''
 
 
@@ -304,8 +310,8 @@ steps: {{warmup: 1, measure: 2}}
 """)
     summary = SuiteRunner(load(path), tmp_path / "results").run_all()
     assert summary.counts == {"ok": 1}
-    pids = [int(p) for p in pidfile.read_text().split()]  # the warm-up process's and the point's
-    assert pids and all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    pids = [int(p) for p in pidfile.read_text().split()]  # the warm-up process's and the point's, two each
+    assert len(pids) == 4 and all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
                         for pid in pids)
 
 

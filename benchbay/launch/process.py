@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from benchbay.launch.base import Launch, Outcome, PointSpec, WorkerResult
-from benchbay.parent_death import die_with_parent
+from benchbay.parent_death import adopt_orphans, die_with_parent
 from benchbay.record import (
     HOST_RSS_GIB,
     PEAK_MEM_ALLOCATED_GIB,
@@ -94,15 +94,17 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
     env[POINT_MARK] = mark = secrets.token_hex(8)
     env[POINT_DIR_ENV] = str(workdir.resolve())
     timed_out, state = False, ""
+    adopt_orphans()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command(spec_path, result_path, launch), stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True, preexec_fn=die_with_parent)
+        started = _created(proc.pid)
         try:
             proc.wait(timeout=spec.timeout)
         except subprocess.TimeoutExpired:
             timed_out, state = True, tree_state(proc.pid)
         finally:  # also after a clean exit: nothing the point started outlives it
-            _kill(proc, mark)
+            _kill(proc, mark, started)
     results = [WorkerResult.from_json(json.loads(p.read_text())) for p in sorted(workdir.glob("result*.json"))]
     log = log_path.read_text(errors="replace")
     # a hang: the phase it was in, where it stood (wherever they are in the log), what its processes did
@@ -132,11 +134,20 @@ def tree_state(pid: int) -> str:
 POINT_MARK = "BENCHBAY_POINT"
 
 
-def _kill(proc: subprocess.Popen, mark: str) -> None:
+def _created(pid: int) -> float:
+    """When the process started, on psutil's clock (its children's start times are on the same)."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:  # gone already: none of its descendants can be older than now
+        return psutil.time.time()
+
+
+def _kill(proc: subprocess.Popen, mark: str, started: float) -> None:
     """SIGKILL the point's process group and every process of the point: torchrun starts each rank
     in a session of its own (killing torchrun's group alone would leave hung ranks running), and a
     step may start one in a session of its own that its parent's exit orphaned; each carries the
-    point's mark in its environment, or is still a descendant of the point's first process."""
+    point's mark in its environment, or is still a descendant of the point's first process, or is
+    an orphan re-parented to this process (adopt_orphans) since the point started."""
     doomed = []
     for p in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
@@ -145,6 +156,8 @@ def _kill(proc: subprocess.Popen, mark: str) -> None:
     if proc.poll() is None:  # once reaped, its pid may be another process's
         with contextlib.suppress(psutil.Error):
             doomed += psutil.Process(proc.pid).children(recursive=True)
+    adopted = _adopted(proc.pid, started)
+    doomed += adopted
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its first process while any member lives
     for p in doomed:
@@ -152,6 +165,21 @@ def _kill(proc: subprocess.Popen, mark: str) -> None:
             p.kill()
     proc.wait()
     _wait_dead(doomed)
+    for p in adopted:  # ours to reap now, or they stay zombies for the rest of the sweep
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(p.pid, os.WNOHANG)
+
+
+def _adopted(point_pid: int, started: float) -> list[psutil.Process]:
+    """This process's children that the point left behind: started no earlier than the point, and
+    not the point's first process (the runner starts nothing else while a point runs)."""
+    found = []
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if child.pid != point_pid and child.create_time() >= started:
+                    found += [child, *child.children(recursive=True)]
+    return found
 
 
 #: how long the killed processes of a point get to be gone (or zombies) before the sweep goes on

@@ -3,8 +3,8 @@
 Import (``pytest --benchmark-json=out.json --benchmark-save-data``, or a file saved with
 ``--benchmark-autosave``): every benchmark becomes one point (label = its name, knobs = its
 ``params``, ``param.fullname`` = its test id). Its raw per-round times (``stats.data``, kept only
-with ``--benchmark-save-data``) become ``series.step_times_s``, so compare and gate can bootstrap
-them; without them only the summary figures exist and a comparison has no noise estimate (a
+with ``--benchmark-save-data``) become ``series.step_times_s``, so compare and gate can judge their
+noise; without them only the summary figures exist and a comparison has no noise estimate (a
 warning says so). Median, mean, p10/p90 and CV map onto benchbay's step-time metrics; every
 pytest-benchmark figure is kept under ``extra.pytest_benchmark``; ``machine_info`` and
 ``commit_info`` fill the environment (``env.machine_key`` is pytest-benchmark's own machine id,

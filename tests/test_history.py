@@ -5,7 +5,7 @@ import pytest
 
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.history import history
-from benchbay.analysis.stats import change_points, find_change_points
+from benchbay.analysis.stats import find_change_points
 from tests.test_gate import run_records
 
 
@@ -52,6 +52,6 @@ def test_a_change_point_says_the_corrected_level_it_was_found_at():
 
 def test_pure_noise_series_rarely_split():
     rng = np.random.default_rng(0)
-    hits = sum(bool(change_points(np.exp(rng.normal(0, 0.05, 12)))) for _ in range(200))
+    hits = sum(bool(find_change_points(np.exp(rng.normal(0, 0.05, 12)))) for _ in range(200))
     assert hits <= 10  # at most alpha = 5% of them, give or take the draw
-    assert change_points([1.0, 1.3]) == []  # two values say nothing of the noise
+    assert find_change_points([1.0, 1.3]) == []  # two values say nothing of the noise

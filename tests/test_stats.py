@@ -1,5 +1,5 @@
 """benchbay.analysis.stats: the process as the unit (per-process values, the pooled t-test on logs,
-the repeats a test needs), the bootstrap with repeat structure, CV, change points."""
+the repeats a test needs), CV, change points."""
 
 import statistics
 
@@ -9,10 +9,8 @@ from scipy import stats as scipy_stats
 
 from benchbay.analysis.stats import (
     SIZING_MARGIN,
-    STATISTICS,
-    bootstrap_ratio,
-    change_points,
     coefficient_of_variation,
+    find_change_points,
     log_spread,
     mean_interval,
     per_process,
@@ -20,6 +18,10 @@ from benchbay.analysis.stats import (
     repeats_needed,
 )
 from benchbay.collect.timing import summarize
+
+
+def change_points(values, **options):
+    return [c.index for c in find_change_points(values, **options)]
 
 
 def noisy(rng, level, n, cv):
@@ -32,60 +34,11 @@ def test_coefficient_of_variation():
     assert np.isnan(coefficient_of_variation([1.0]))
 
 
-def test_ratio_of_medians_and_interval_cover_the_true_change():
-    rng = np.random.default_rng(0)
-    base = [noisy(rng, 1.0, 40, 0.02) for _ in range(3)]
-    cand = [noisy(rng, 1.1, 40, 0.02) for _ in range(3)]
-    est = bootstrap_ratio(base, cand)
-    assert est.ratio == pytest.approx(np.median(np.concatenate(cand)) / np.median(np.concatenate(base)))
-    assert est.baseline == pytest.approx(np.median(np.concatenate(base)))
-    assert est.low < 1.1 < est.high
-    assert est.excludes_one
-    assert est.confidence == 0.95
-
-
-def test_same_seed_same_interval():
-    rng = np.random.default_rng(1)
-    base, cand = [noisy(rng, 1.0, 30, 0.02)], [noisy(rng, 1.0, 30, 0.02)]
-    assert bootstrap_ratio(base, cand, seed=7) == bootstrap_ratio(base, cand, seed=7)
-
-
-def test_disagreeing_repeats_widen_the_interval():
-    """Resampling repeats first: three repeats at different levels are not 3x the evidence."""
-    rng = np.random.default_rng(2)
-    levels = (0.95, 1.0, 1.05)
-    base = [noisy(rng, lv, 30, 0.005) for lv in levels]
-    cand = [noisy(rng, lv, 30, 0.005) for lv in levels]
-    nested = bootstrap_ratio(base, cand)
-    flat = bootstrap_ratio([np.concatenate(base)], [np.concatenate(cand)])
-    assert nested.high - nested.low > 2 * (flat.high - flat.low)
-
-
-def test_ragged_repeats_and_single_values():
-    rng = np.random.default_rng(3)
-    est = bootstrap_ratio([noisy(rng, 1.0, 10, 0.01), noisy(rng, 1.0, 25, 0.01)], [noisy(rng, 2.0, 17, 0.01)])
-    assert est.ratio == pytest.approx(2.0, rel=0.02)
-    assert est.low > 1.9
-    one = bootstrap_ratio([[10.0]], [[10.5]])  # e.g. one peak-memory figure per side
-    assert (one.ratio, one.low, one.high) == pytest.approx((1.05, 1.05, 1.05))
-    assert one.excludes_one
-
-
-@pytest.mark.parametrize("statistic", sorted(STATISTICS))
-def test_every_statistic(statistic):
-    rng = np.random.default_rng(4)
-    est = bootstrap_ratio([noisy(rng, 1.0, 30, 0.01)] * 2, [noisy(rng, 1.5, 30, 0.01)] * 2, statistic=statistic,
-                          n_boot=200)
-    assert est.ratio == pytest.approx(1.5, rel=0.05)
-
-
 def test_bad_inputs():
     with pytest.raises(ValueError, match="unknown statistic 'avg'"):
-        bootstrap_ratio([[1.0]], [[1.0]], statistic="avg")
+        per_process([[1.0]], "avg")
     with pytest.raises(ValueError, match="no finite samples"):
-        bootstrap_ratio([[np.nan]], [[1.0]])
-    with pytest.raises(ZeroDivisionError, match="baseline median is 0"):
-        bootstrap_ratio([[0.0]], [[1.0]])
+        per_process([[np.nan]], "median")
 
 
 def processes(rng, level, n, between, steps=30, within=0.01):

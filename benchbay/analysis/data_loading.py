@@ -3,8 +3,8 @@ data (all knobs equal but the video ones), the step's wait for its batches, the 
 CPU and the GPU's idle share; the best loader per workload and batch size, and RLinf's claim that
 too many loader workers slow the step by taking CPU from its kernel launches.
 
-Inflation is the change of the mean step from the synthetic point, with the breakdown's bootstrap
-interval; a change whose interval includes no change is not significant. The mean, not the median:
+Inflation is the change of the mean step from the synthetic point, with the breakdown's interval
+(one value per process); a change whose interval includes no change is not significant. The mean, not the median:
 workers deliver their batches together, so most steps find one ready and the next waits for all
 (H200, DreamZero-5B mbs 24, 4 PyAV workers: median 2.83 s against 2.81 synthetic, mean 6.43 s).
 """

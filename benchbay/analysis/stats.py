@@ -14,13 +14,10 @@ What is here:
 
 - :func:`coefficient_of_variation`: std / mean of a sample.
 - :func:`per_process`, :func:`log_spread`, :func:`ratio_test`, :func:`repeats_needed`: above.
-- :func:`bootstrap_ratio`: ratio candidate/baseline of a statistic with a percentile interval from
-  a two-stage bootstrap (repeats, then the values within each): for many repeats; over a few
-  processes it is far too narrow, where :func:`ratio_test` is the test. :func:`mean_interval`: the
-  t-interval of the mean of a few process values.
-- :func:`change_points`: circular binary segmentation on the log of a series (one value per run),
-  keeping a split when the step is large (relative) and clear of the noise within the levels at a
-  level corrected for the many splits tried (:func:`find_change_points` says that level).
+- :func:`mean_interval`: the t-interval of the mean of a few process values.
+- :func:`find_change_points`: circular binary segmentation on the log of a series (one value per
+  run), keeping a split when the step is large (relative) and clear of the noise within the levels
+  at a level corrected for the many splits tried (each change point says that level).
 """
 
 from __future__ import annotations
@@ -32,21 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# each statistic's reduction, plain and NaN-skipping (for padded repeats of unequal length)
-_REDUCTIONS: dict[str, tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]] = {
-    "median": (np.median, np.nanmedian),
-    "mean": (np.mean, np.nanmean),
-    "min": (np.min, np.nanmin),
-    "max": (np.max, np.nanmax),
-    "p10": (functools.partial(np.percentile, q=10), functools.partial(np.nanpercentile, q=10)),
-    "p90": (functools.partial(np.percentile, q=90), functools.partial(np.nanpercentile, q=90)),
-}
 #: statistics a threshold or comparison may name, as reductions along the last axis
 STATISTICS: dict[str, Callable[..., np.ndarray]] = {
-    name: functools.partial(plain, axis=-1) for name, (plain, _) in _REDUCTIONS.items()}
-# the same, skipping NaN; slower, so used only then
-_NAN_STATISTICS: dict[str, Callable[..., np.ndarray]] = {
-    name: functools.partial(nan, axis=-1) for name, (_, nan) in _REDUCTIONS.items()}
+    "median": functools.partial(np.median, axis=-1),
+    "mean": functools.partial(np.mean, axis=-1),
+    "min": functools.partial(np.min, axis=-1),
+    "max": functools.partial(np.max, axis=-1),
+    "p10": functools.partial(np.percentile, q=10, axis=-1),
+    "p90": functools.partial(np.percentile, q=90, axis=-1),
+}
 
 #: the one statistic of a step everywhere (tables, plots, breakdown, compare, history): the mean over
 #: the steady window, the step throughput is computed over (benchbay.runner: the median hides the
@@ -55,26 +46,6 @@ STEP_STATISTIC = "mean"
 #: the statistic of the steps that a rate's statistic is (a rate is samples per step over a step):
 #: the 10th percentile of samples/s is at the 90th percentile of the step
 MIRRORED = {"min": "max", "max": "min", "p10": "p90", "p90": "p10"}
-
-# bootstrap draws are processed in chunks so that one chunk holds at most this many samples
-_CHUNK_ELEMENTS = 2_000_000
-
-
-@dataclass(frozen=True)
-class RatioEstimate:
-    """candidate / baseline of one statistic, with its bootstrap confidence interval."""
-
-    baseline: float  # the statistic over all baseline samples pooled
-    candidate: float
-    ratio: float
-    low: float
-    high: float
-    confidence: float
-
-    @property
-    def excludes_one(self) -> bool:
-        """True when the whole interval lies on one side of 1 (the change is not noise)."""
-        return self.low > 1.0 or self.high < 1.0
 
 
 def coefficient_of_variation(samples: Sequence[float]) -> float:
@@ -97,70 +68,6 @@ def _as_repeats(repeats: Sequence[Sequence[float]]) -> list[np.ndarray]:
 def _check_statistic(name: str) -> None:
     if name not in STATISTICS:
         raise ValueError(f"unknown statistic {name!r}; expected one of {sorted(STATISTICS)}")
-
-
-def _bootstrap_statistic(
-    repeats: list[np.ndarray], statistic: str, n_boot: int, rng: np.random.Generator
-) -> np.ndarray:
-    """``n_boot`` values of ``statistic`` over two-stage resamples: repeats, then steps within each.
-
-    Repeats of unequal length are padded with NaN; a resampled repeat keeps its own length, so
-    the statistic always sees the same amount of data as the original.
-    """
-    lengths = np.array([r.size for r in repeats])
-    padded = np.full((len(repeats), lengths.max()), np.nan)
-    for i, r in enumerate(repeats):
-        padded[i, : r.size] = r
-    ragged = lengths.min() != lengths.max()
-    reduce = (_NAN_STATISTICS if ragged else STATISTICS)[statistic]
-    n_rep, width = padded.shape
-    chunk = max(1, _CHUNK_ELEMENTS // (n_rep * width))
-    out = np.empty(n_boot)
-    for start in range(0, n_boot, chunk):
-        b = min(chunk, n_boot - start)
-        picked = rng.integers(n_rep, size=(b, n_rep))  # stage 1: which repeats
-        picked_len = lengths[picked][..., None]
-        steps = (rng.random((b, n_rep, width)) * picked_len).astype(int)  # stage 2: which steps
-        drawn = padded[picked[..., None], steps]
-        if ragged:
-            drawn[np.arange(width) >= picked_len] = np.nan  # a short repeat contributes only its length
-        out[start : start + b] = reduce(drawn.reshape(b, n_rep * width))
-    return out
-
-
-def bootstrap_ratio(
-    baseline: Sequence[Sequence[float]],
-    candidate: Sequence[Sequence[float]],
-    *,
-    statistic: str = "median",
-    confidence: float = 0.95,
-    n_boot: int = 2000,
-    seed: int | np.random.Generator | None = 0,
-) -> RatioEstimate:
-    """Ratio candidate/baseline of ``statistic`` over the pooled samples, with a percentile CI.
-
-    ``baseline`` and ``candidate`` are lists of repeats, each a list of per-step samples (a repeat
-    may hold a single value, e.g. a peak-memory figure). Each bootstrap draw resamples repeats
-    with replacement, then steps with replacement within every drawn repeat, on both sides
-    independently. With one sample per side the interval collapses to the point estimate: there
-    is no noise estimate to widen it. Raises ValueError for an unknown statistic or a side without
-    finite samples, ZeroDivisionError when the baseline statistic is 0.
-    """
-    _check_statistic(statistic)
-    base, cand = _as_repeats(baseline), _as_repeats(candidate)
-    reduce = STATISTICS[statistic]
-    base_value = float(reduce(np.concatenate(base)))
-    cand_value = float(reduce(np.concatenate(cand)))
-    if base_value == 0:
-        raise ZeroDivisionError(f"baseline {statistic} is 0: the ratio is undefined")
-    ratio = cand_value / base_value
-    rng = np.random.default_rng(seed)
-    boot = _bootstrap_statistic(cand, statistic, n_boot, rng) / _bootstrap_statistic(base, statistic, n_boot, rng)
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(boot, [tail, 100.0 - tail])
-    # the percentile interval of a skewed bootstrap can miss the point estimate by a hair
-    return RatioEstimate(baseline=base_value, candidate=cand_value, ratio=ratio, low=float(min(low, ratio)),
-                         high=float(max(high, ratio)), confidence=confidence)
 
 
 def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -300,13 +207,6 @@ class ChangePoint:
 
     index: int
     alpha: float
-
-
-def change_points(values: Sequence[float], *, min_relative_step: float = 0.05, alpha: float = 0.05,
-                  min_size: int = 1) -> list[int]:
-    """The indices of :func:`find_change_points`."""
-    return [c.index for c in find_change_points(values, min_relative_step=min_relative_step, alpha=alpha,
-                                                min_size=min_size)]
 
 
 def find_change_points(values: Sequence[float], *, min_relative_step: float = 0.05, alpha: float = 0.05,

@@ -221,10 +221,11 @@ def point_summary(df: pd.DataFrame, peak_flops: float | None = None,
                   price_per_gpu_hour: float | Mapping[str, float] | None = None) -> pd.DataFrame:
     """One row per (suite, point_id), in first-seen order; see the module docstring.
 
-    Adds ``name`` (see :func:`_names`) and ``steady_samples`` (each ok repeat's steady steps, for
-    bootstrap intervals). ``mfu`` is the recorded figure, recomputed where missing (or for every
-    row when ``peak_flops`` is forced). ``cost_per_m_samples`` is at ``price_per_gpu_hour`` (one
-    price, or one per suite; NaN without one), over the point's samples/s/GPU.
+    Adds ``name`` (see :func:`_names`) and ``steady_samples`` (each ok repeat's steady steps: one
+    value per process for the breakdown's test, the steps for the plots). ``mfu`` is the recorded
+    figure, recomputed where missing (or for every row when ``peak_flops`` is forced).
+    ``cost_per_m_samples`` is at ``price_per_gpu_hour`` (one price, or one per suite; NaN without
+    one), over the point's samples/s/GPU.
     """
     if df.empty:
         return pd.DataFrame()

@@ -108,7 +108,6 @@ class Decode(DecodeDeclaration):
         self.data_wait: list[float] = []
         self.pipeline_wait: list[float] = []  # num_workers 0: per step, the wait beyond the decoding calls
         self.samples: list[list[ViewTiming]] = []  # per delivered sample, its views
-        self.step_ends: list[float] = []
         self.first_frames: list[torch.Tensor] | None = None
         self.cpu = CpuWindow()
         self.window: Window | None = None

@@ -20,8 +20,6 @@ from torch import nn
 
 from benchbay.knobs.float8 import MIN_CAPABILITY, below_capability
 
-RECIPES = ("off", "rowwise", "tensorwise")
-
 
 def skip_reason(name: str, recipe: str, device: torch.device) -> str | None:
     """Why knob ``name`` at ``recipe`` cannot run on ``device`` (None if it can)."""

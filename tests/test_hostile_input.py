@@ -311,8 +311,8 @@ steps: {{warmup: 1, measure: 2}}
     summary = SuiteRunner(load(path), tmp_path / "results").run_all()
     assert summary.counts == {"ok": 1}
     pids = [int(p) for p in pidfile.read_text().split()]  # the warm-up process's and the point's, two each
-    assert len(pids) == 4 and all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-                        for pid in pids)
+    assert len(pids) == 4
+    assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE for pid in pids)
 
 
 def test_a_second_process_on_a_run_says_who_holds_it_and_measures_nothing(tmp_path, monkeypatch, capsys):

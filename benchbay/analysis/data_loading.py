@@ -4,9 +4,10 @@ CPU and the GPU's idle share; the best loader per workload and batch size, and R
 too many loader workers slow the step by taking CPU from its kernel launches.
 
 Inflation is the change of the mean step from the synthetic point, with the breakdown's interval
-(one value per process); a change whose interval includes no change is not significant. The mean, not the median:
-workers deliver their batches together, so most steps find one ready and the next waits for all
-(H200, DreamZero-5B mbs 24, 4 PyAV workers: median 2.83 s against 2.81 synthetic, mean 6.43 s).
+(one value per process); a change whose interval includes no change is not significant. The mean,
+not the median: workers deliver their batches together, so most steps find one ready and the next
+waits for all (H200, DreamZero-5B mbs 24, 4 PyAV workers: median 2.83 s against 2.81 synthetic,
+mean 6.43 s).
 """
 
 from __future__ import annotations

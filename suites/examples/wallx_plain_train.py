@@ -6,9 +6,8 @@ workload's eager point of the same knobs, the two step times cross-check the pro
 with the probe and without (suites/command-probe-overhead.yaml), says what the probe costs a step.
 
 A step's loss is read one step late, once the next step's work is queued, as the harness reads its
-losses after its steps: a ``loss.item()`` in its own step holds the host until the device has
-drained, and the eager step is bound by its host's launches (on an H100 at 12 layers, one core
-busy and the GPU 55% busy, the script with that sync took 1.14 s a step against the harness's 1.00).
+losses after its steps (a ``loss.item()`` in its own step would hold the host until the device has
+drained). ``train_step`` is the loop's body, which suites/examples/wallx_same_process.py also times.
 
     python suites/examples/wallx_plain_train.py --preset wallx-3b --batch-size 16 --steps 30
 """
@@ -38,18 +37,24 @@ def main() -> None:
     optimizer = step.optimizer(params)
     start, pending = mark(device), None
     for i in range(args.steps):
-        batch = step.batch(i)
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss, _ = step.loss(model, batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
+        loss = train_step(step, model, params, optimizer, step.batch(i))
         host, end = on_host(loss), mark(device)
         if pending is not None:
             report(*pending)
         pending, start = (i, host, start, end), end
     report(*pending)
+
+
+def train_step(step: WallX, model: torch.nn.Module, params: list, optimizer: torch.optim.Optimizer,
+               batch) -> torch.Tensor:
+    """One step of the Wall-X trainer's loop; returns its loss (not read)."""
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(step.device.type, dtype=torch.bfloat16):
+        loss, _ = step.loss(model, batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    return loss
 
 
 def mark(device: torch.device) -> torch.cuda.Event | float:

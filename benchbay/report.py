@@ -29,7 +29,7 @@ from benchbay.analysis.command_cost import cost_blocks
 from benchbay.analysis.cost import cost_notes, prices
 from benchbay.analysis.frame import is_missing
 from benchbay.analysis.gate import LOSS_ATOL, LOSS_RTOL
-from benchbay.analysis.mfu import peak_sources
+from benchbay.analysis.mfu import fp8_peak_sources, peak_sources
 from benchbay.analysis.quality import MACHINE_WARNINGS, NOISY_CV, POINT_WARNINGS, warnings_of
 from benchbay.analysis.scaling import plot_scaling, scaling_table
 from benchbay.analysis.steady import amortisation_table
@@ -214,6 +214,10 @@ def _sweep_blocks(points: pd.DataFrame) -> list[Block]:
                            "else a GEMM probe of the machine where measured): "
                            + "; ".join(f"{d}: {s}" for d, s in sources.items())
                            + "; the datasheet column divides by the vendor's dense bf16 figure instead."))
+    if fp8 := fp8_peak_sources(points):
+        blocks.append(Text("MFU (trained, FP8 peak): the same FLOPs over the card's dense FP8 figure, for the points "
+                           "that train with float8 (the ceiling their converted GEMMs run toward): "
+                           + "; ".join(f"{d}: {s}" for d, s in fp8.items()) + "."))
     return blocks
 
 

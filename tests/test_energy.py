@@ -264,3 +264,9 @@ def test_an_fp8_points_mfu_is_also_stated_over_the_fp8_peak_and_labelled():
     from benchbay.report import DISPLAY_NAMES
 
     assert DISPLAY_NAMES["mfu_fp8"] == "MFU (trained, FP8 peak)"
+    from benchbay.analysis.mfu import fp8_peak_sources
+
+    sources = fp8_peak_sources(summary)  # the report's footnote under that column: each card's FP8 peak
+    assert list(sources) == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    assert sources["NVIDIA H200"].startswith("1,320 TFLOP/s (sustained: dense fp8")
+    assert sources["NVIDIA H100 80GB HBM3"] == "1,979 TFLOP/s (NVIDIA H100 datasheet, SXM, dense fp8)"

@@ -196,6 +196,18 @@ def peak_sources(points: pd.DataFrame) -> dict[str, str]:
     return out
 
 
+def fp8_peak_sources(points: pd.DataFrame) -> dict[str, str]:
+    """``{device: "<its FP8 peak and where it comes from>"}`` for the devices whose rows have an FP8
+    MFU (``mfu_fp8``), for the footnote that names that column's denominator."""
+    if "env.gpu" not in points or "mfu_fp8" not in points:
+        return {}
+    out = {}
+    for device in dict.fromkeys(points.loc[points["mfu_fp8"].notna(), "env.gpu"]):
+        table = lookup_peak(device)
+        out[str(device)] = f"{table.fp8 / 1e12:,.0f} TFLOP/s ({table.fp8_source})"
+    return out
+
+
 #: how a reader gives every point a peak (the command line reads it)
 PEAK_HINT = "BENCHBAY_PEAK_TFLOPS=<TFLOP/s> gives every point one"
 

@@ -2,12 +2,15 @@
 ``wallx`` workload runs it, eager, bf16 autocast over fp32 weights) and the loop body of
 suites/examples/wallx_plain_train.py (``train_step``, its loss read a step late), alternating, each
 timed between its steps' ends (CUDA events on a GPU, the host's clock on a CPU). The eager step is
-bound by one host core, and its time moves by about 10% from one process to the next on either side
+bound by one host core, and its time moves by up to 15% from one process to the next on either side
 of the probe's cross-check (suites/wallx-command-crosscheck.yaml); here that noise is gone, so a
 difference between the two lines is a difference of the work they queue.
 
 On an H100 80GB HBM3 (torch 2.11.0+cu130, 12 of 36 language layers, mbs 16, 2026-12-06), the median
-of 6 steps in each of 2 rounds: the harness's step 0.992 and 0.982 s, the script's 0.991 and 0.984 s.
+of 6 steps in each of 2 rounds: the harness's step 0.992 and 0.982 s, the script's 0.991 and 0.984 s
+(measured by this check's first version, the same loops in turns with two more: the script's body
+without its loss read, 0.991 and 1.000 s, and on one repeated batch, 0.991 and 0.979 s). The script
+alone, in processes of its own, took 1.07-1.15 s a step (medians).
 
     PYTHONPATH=. python suites/examples/wallx_same_process.py --layers 12
 """

@@ -95,6 +95,9 @@ def _suite_commands(sub) -> None:
                    help="with --resume: measure again the points that ended in error, crash, timeout, diverged or "
                    "oom (outside a batch search); the new record stands for the point")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the run")
+    p.add_argument("--no-warm-up", action="store_true",
+                   help="skip the warm-up process before the first point (for a machine a run has just warmed, as "
+                   "a --resume right after it: otherwise the first point may pay for a cold machine)")
     p.add_argument("--time-budget", type=_amount, metavar="SECONDS",
                    help="start no point once less time is left than it took before on this machine (any run "
                    "of the suite), or than the longest point so far where it has no record; later points that "

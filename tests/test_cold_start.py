@@ -93,6 +93,16 @@ def test_a_resume_warms_up_before_its_first_missing_point_and_not_when_nothing_i
     assert again.counts == {} and "warm_up" not in store.read_manifest(first.run)
 
 
+def test_no_warm_up_on_the_command_line_runs_the_points_alone(tmp_path, in_repo):
+    from benchbay.cli import main
+
+    _suite(tmp_path, "[{label: a}]")
+    assert main(["run", str(tmp_path / "cold.yaml"), "--results", str(tmp_path / "results"), "--no-warm-up",
+                 "--no-report"]) == 0
+    (run,) = (tmp_path / "results" / "cold").iterdir()
+    assert [r["label"] for r in store.read_records(run)] == ["a"] and "warm_up" not in store.read_manifest(run)
+
+
 def test_a_point_call_warms_up_on_its_own_point(tmp_path, in_repo, in_process):
     suite = _suite(tmp_path, "[{label: a}, {label: b, seed: 1}]")
     summary = SuiteRunner(suite, tmp_path / "results", labels=["b"], launcher=in_process).run_all()

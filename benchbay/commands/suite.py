@@ -69,7 +69,8 @@ def cmd_run(args) -> int:
     if args.retry_failed and not resume:
         raise ValueError("--retry-failed: with --resume (it measures again the failed points of a run)")
     runner = SuiteRunner(suite, args.results, resume=resume, launcher=_launcher(args, suite), labels=args.point,
-                         peak_flops=peak_flops(), time_budget_s=args.time_budget, retry_failed=args.retry_failed)
+                         peak_flops=peak_flops(), time_budget_s=args.time_budget, retry_failed=args.retry_failed,
+                         warm_up=not args.no_warm_up)
     try:
         summary = runner.run_all()
     except OSError as exc:  # the run's folder or first manifest could not be written: nothing measured

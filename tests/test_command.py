@@ -359,7 +359,6 @@ def test_the_crosschecks_plain_script_trains_the_step_the_wallx_workload_measure
     assert script == pytest.approx(harness, rel=1e-3)  # the script prints five decimals
 
 
-
 @pytest.mark.slow  # Wall-X at toy width, a few steps a side
 def test_the_same_process_check_times_both_sides_of_the_crosscheck_on_one_model(in_repo):
     """suites/examples/wallx_same_process.py runs the harness's step and the plain script's loop body
@@ -374,6 +373,7 @@ def test_the_same_process_check_times_both_sides_of_the_crosscheck_on_one_model(
     lines = out.stdout.splitlines()
     assert [line.split(":")[0] for line in lines if line.startswith("round")] == ["round 0 harness", "round 0 script"]
     assert [line.split()[1] for line in lines if line.startswith("step")] == ["3", "4", "5"]
+
 
 def test_a_command_point_starts_its_command_before_the_worker_imports_torch(tmp_path, in_repo, monkeypatch):
     """benchbay.launch.entry, a point's process, imports no torch before it starts a command point's

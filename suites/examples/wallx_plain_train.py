@@ -77,12 +77,16 @@ def on_host(loss: torch.Tensor) -> torch.Tensor:
 
 def report(i: int, loss: torch.Tensor, start: torch.cuda.Event | float, end: torch.cuda.Event | float) -> None:
     """Step ``i``'s loss and its time between the end of the step before and its own end."""
+    took = seconds(start, end)  # waits for the step, and its loss's copy queued before ``end``
+    print(f"step {i} loss {loss.item():.5f} time {took:.6f}", flush=True)
+
+
+def seconds(start: torch.cuda.Event | float, end: torch.cuda.Event | float) -> float:
+    """The time between two marks, once the later has been reached."""
     if isinstance(end, float):
-        seconds = end - start
-    else:
-        end.synchronize()  # the step, and its loss's copy queued before this event, have ended
-        seconds = start.elapsed_time(end) / 1e3
-    print(f"step {i} loss {loss.item():.5f} time {seconds:.6f}", flush=True)
+        return end - start
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from benchbay.launch import training
 from benchbay.workloads.wallx.workload import WallX
 
 sys.path.insert(0, str(Path(__file__).parent))
-from wallx_plain_train import mark, on_host, report, train_step  # noqa: E402 - the script beside this one
+from wallx_plain_train import mark, on_host, report, seconds, train_step  # noqa: E402 - the script beside this one
 
 
 def main() -> None:
@@ -67,13 +67,6 @@ def main() -> None:
                 times = [seconds(a, b) for a, b in itertools.pairwise(ends)][2:]
                 print(f"round {round_} {side}: median {statistics.median(times):.3f} s a step "
                       f"({', '.join(f'{t:.3f}' for t in times)})", flush=True)
-
-
-def seconds(start: torch.cuda.Event | float, end: torch.cuda.Event | float) -> float:
-    if isinstance(end, float):
-        return end - start
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3
 
 
 if __name__ == "__main__":

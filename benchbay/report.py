@@ -44,6 +44,7 @@ from benchbay.analysis.tables import (
     point_summary,
     repeat_of,
     sweep_table,
+    trailing_mean,
     with_repeats,
 )
 from benchbay.document import Block, Heading, Image, Table, Text
@@ -289,15 +290,18 @@ def _breakdown_blocks(points: pd.DataFrame, meta: SuiteMeta, stem: str, out_dir:
 
 def _loss_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, stem: str,
                  out_dir: Path) -> list[Block]:
-    groups = [with_repeats(g) for g in equivalent_groups(points, meta.equivalent)]
-    tolerance = {"rtol": LOSS_RTOL, "atol": LOSS_ATOL, **meta.equivalent_tolerance}
+    tolerance = {"rtol": LOSS_RTOL, "atol": LOSS_ATOL, "window": 1, **meta.equivalent_tolerance}
+    window = int(tolerance.pop("window"))
+    groups = [trailing_mean(with_repeats(g), window) for g in equivalent_groups(points, meta.equivalent)]
     figure = plots.loss_curves(groups, out_dir / f"{stem}-losses.png", **tolerance)
     if figure is None:
         return []
     blocks: list[Block] = [Heading("Loss curves of equivalent points", 3),
                            Image(figure, "losses of points that should train alike, and their difference "
                                          "from the first")]
-    blocks.append(Text(f"Within tolerance: every step's loss within {tolerance['atol']:g} + "
+    each = "step's loss" if window == 1 else f"step's mean loss over its last {window} steps (the curves drawn; " \
+        "the final loss is the last such mean)"
+    blocks.append(Text(f"Within tolerance: every {each} within {tolerance['atol']:g} + "
                        f"{tolerance['rtol']:.1%} of the group's first point's (same seed, same data)."))
     if any("repeat_of" in g for g in groups):
         blocks.append(Text("A `(repeat N)` row is a point measured again in its run (dashed in the figure): how far "

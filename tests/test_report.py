@@ -32,6 +32,7 @@ from benchbay.analysis.tables import (
     reference_band,
     reference_runs,
     sweep_table,
+    trailing_mean,
     with_repeats,
 )
 from benchbay.record import Record
@@ -263,6 +264,21 @@ def test_loss_agreement_says_which_points_stay_within_the_tolerance():
     assert table.loc["drifted", "within_tolerance"] == "no (step 1: 3.5 vs 3)"
     assert table.loc["drifted", "max_abs_diff"] == pytest.approx(0.5)
     assert table.loc["compiled", "max_rel_diff"] == pytest.approx(0.01)
+
+
+def test_a_window_compares_trailing_means_of_curves_that_swing_step_by_step():
+    # two runs that trade places every step (each step's own loss swings) but follow one trend
+    group = pd.DataFrame({"name": ["bf16", "fp8", "drifted"],
+                          "losses": [[4.0, 3.0, 4.0, 3.0], [3.0, 4.0, 3.0, 4.0], [4.0, 3.0, 4.4, 3.3]]})
+    step_by_step = loss_agreement(group, rtol=0.05, atol=0.0).set_index("point")
+    assert step_by_step.loc["fp8", "within_tolerance"] == "no (step 0: 3 vs 4)"
+    smoothed = trailing_mean(group, 2)
+    assert list(smoothed["losses"][0]) == [4.0, 3.5, 3.5, 3.5]  # fewer steps at the start
+    table = loss_agreement(smoothed, rtol=0.05, atol=0.0).set_index("point")
+    assert table.loc["fp8", "within_tolerance"] == "no (step 0: 3 vs 4)"  # step 0 is a mean of one
+    assert table.loc["drifted", "within_tolerance"] == "no (step 2: 3.7 vs 3.5)"
+    assert table.loc["fp8", "final_loss"] == 3.5 and list(group["losses"][1]) == [3.0, 4.0, 3.0, 4.0]
+    assert trailing_mean(group, 1) is group
 
 
 def test_a_first_point_measured_again_is_a_band_of_references():

@@ -353,6 +353,18 @@ def with_repeats(group: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows) if len(rows) > len(group) else group
 
 
+def trailing_mean(group: pd.DataFrame, window: int) -> pd.DataFrame:
+    """The group with each loss curve replaced by its mean over the last ``window`` steps (fewer at
+    the start): over hundreds of steps, runs that part follow each other's trend, not each step's."""
+    if window <= 1:
+        return group
+    means = [pd.Series(np.asarray(losses, dtype=float)).rolling(window, min_periods=1).mean().to_numpy()
+             for losses in group[rec.LOSSES]]
+    out = group.copy()
+    out[rec.LOSSES] = pd.Series(means, index=group.index, dtype=object)
+    return out
+
+
 def repeat_of(group: pd.DataFrame) -> pd.Series:
     """Per row, the point it is a repeat of (:func:`with_repeats`), missing for a point's own row."""
     return group["repeat_of"] if "repeat_of" in group else pd.Series([None] * len(group), index=group.index)

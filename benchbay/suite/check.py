@@ -115,8 +115,10 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
                 v.error(f"equivalent[{i}][{j}]", f"a label of sweep.points, got {label!r}")
     tolerance = v.mapping(raw, "equivalent_tolerance")  # the report's loss check: atol + rtol * |first|
     for key, value in tolerance.items():
-        if key not in ("rtol", "atol"):
-            v.error(f"equivalent_tolerance.{key}", "rtol or atol")
+        if key not in ("rtol", "atol", "window"):
+            v.error(f"equivalent_tolerance.{key}", "rtol, atol or window")
+        elif key == "window" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            v.error("equivalent_tolerance.window", f"an integer >= 1 (steps in each trailing mean), got {value!r}")
         elif not _number(value) or value < 0:
             v.error(f"equivalent_tolerance.{key}", f"a finite number >= 0, got {value!r}")
     tune = None if raw.get("tune") is None else tune_space.check(raw["tune"], cls, knobs, price, v.error)

@@ -165,7 +165,7 @@ class Suite:
     devices: Devices = Devices()
     breakdown: list[str] = field(default_factory=list)
     equivalent: list[list[str]] = field(default_factory=list)  # groups of labels whose losses should match
-    equivalent_tolerance: dict[str, float] = field(default_factory=dict)  # their check's rtol and atol
+    equivalent_tolerance: dict[str, float] = field(default_factory=dict)  # their check's rtol, atol and window
     gate: list[str] = field(default_factory=list)
     profile: list[str] = field(default_factory=list)  # labels of points to run under the profiler
     price_per_gpu_hour: float | None = None  # the tables' cost per 1M samples (benchbay.analysis.cost)
@@ -258,8 +258,7 @@ class SuiteMeta:
                    search=None if search is None else Search(**search),
                    equivalent=[check.labels(group, f"suite_as_run.equivalent[{i}]") for i, group in
                                enumerate(check.typed(raw.get("equivalent") or [], "suite_as_run.equivalent", "list"))],
-                   equivalent_tolerance={k: check.typed(v, f"{tolerance}.{k}", "number")
-                                         for k, v in (check.mapping(raw.get(tolerance[13:]), tolerance) or {}).items()},
+                   equivalent_tolerance=check.tolerance(raw.get(tolerance[13:]), tolerance),
                    price_per_gpu_hour=raw.get("price_per_gpu_hour"),
                    gate=check.labels(raw.get("gate"), "suite_as_run.gate"),
                    point_labels=_labels(sweep.get("points") or []))
@@ -303,6 +302,14 @@ class _StoredCheck:
         if value is not None and not isinstance(value, Mapping):
             raise self.fail(key, "a mapping")
         return value
+
+    def tolerance(self, value: Any, key: str) -> dict[str, float]:
+        """The loss check's rtol, atol (numbers >= 0) and window (steps >= 1); other keys are dropped."""
+        kept = {k: v for k, v in (self.mapping(value, key) or {}).items() if k in ("rtol", "atol", "window")}
+        for k, v in kept.items():
+            if not (_IS["integer"](v) and v >= 1 if k == "window" else _IS["number"](v) and v is not None and v >= 0):
+                raise self.fail(f"{key}.{k}", "an integer >= 1" if k == "window" else "a number >= 0")
+        return kept
 
     def labels(self, value: Any, key: str) -> list[str]:
         if value is None:

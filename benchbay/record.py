@@ -105,6 +105,7 @@ COMPILE_TIME_S = "compile_time_s"
 STEP_TIMES_S = "step_times_s"
 LOSSES = "losses"
 DATA_WAITS_S = "data_waits_s"
+OWN_STEP_S = "own_step_s"  # a command's own step clock (its series_regex): the report checks step times by it
 CPU_UTIL = "cpu_util"
 CPU_UTIL_T = "cpu_util_t"
 CHILD_CPU_UTIL = "child_cpu_util"

@@ -25,6 +25,7 @@ from benchbay import record as rec
 from benchbay.analysis import data_loading, plots
 from benchbay.analysis.batch_size import effective_throughput
 from benchbay.analysis.breakdown import leave_one_out, waterfall
+from benchbay.analysis.command_clock import clock_blocks
 from benchbay.analysis.command_cost import cost_blocks
 from benchbay.analysis.cost import cost_notes, prices
 from benchbay.analysis.frame import is_missing
@@ -444,6 +445,7 @@ def _suite_blocks(points: pd.DataFrame, records: pd.DataFrame, meta: SuiteMeta, 
         _breakdown_blocks(points, meta, stem, out_dir),
         _loss_blocks(points, records, meta, stem, out_dir),
         cost_blocks(points, records),
+        clock_blocks(points, records),
         _decoder_blocks(points, stem, out_dir),
         _video_blocks(records, stem, out_dir),
         _profile_blocks(points, stem, out_dir),

@@ -445,6 +445,28 @@ def test_a_cost_section_over_two_runs_says_which_run_each_process_was():
     assert "run" not in table.frame and "added, a process: 7.0 to 7.0 s." in text.text
 
 
+def test_the_report_sets_the_recorded_step_times_beside_the_scripts_own_clock():
+    """A script that prints its own step time (series own_step_s): over the measured steps (the last
+    of each series), the mean of each clock, their difference and the largest of one step."""
+    from benchbay.analysis.command_clock import clock_blocks, clock_table
+
+    def process(repeat, timed, own, timed_by="optimizer-step hook", workload="command"):
+        return {"run_id": "r", "point_id": "p1", "repeat": repeat, "workload": workload, "status": "ok",
+                "measured_steps": 2, "step_times_s": timed, "own_step_s": own, "extra.probe": timed_by}
+
+    records = pd.DataFrame([process(0, [9.0, 1.0, 1.0], [8.0, 1.0, 1.0]),
+                            process(1, [9.0, 1.2, 0.9], [8.0, 1.0, 1.0], timed_by="output"),
+                            process(2, [1.0], [1.0], workload="tests.fixtures.tinywork:Tiny")])
+    table = clock_table(records).set_index("repeat")
+    assert list(table.index) == [0, 1]  # a workload's point has no script clock
+    assert table.loc[0, "steps"] == 2 and table.loc[0, "difference"] == 0 and table.loc[0, "largest_step_ms"] == 0
+    assert table.loc[1, "recorded"] == pytest.approx(1.05) and table.loc[1, "difference"] == pytest.approx(0.05)
+    assert table.loc[1, "largest_step_ms"] == pytest.approx(200) and table.loc[1, "timed_by"] == "output"
+    _, _, shown = clock_blocks(pd.DataFrame({"point_id": ["p1"], "name": ["bs4"]}), records)
+    assert list(shown.frame["difference"]) == ["+0.00%", "+5.00%"]
+    assert clock_blocks(pd.DataFrame({"point_id": ["p1"], "name": ["bs4"]}), records.drop(columns="own_step_s")) == []
+
+
 def _ended(tmp_path, code: str, params=None):
     """A command (``python -c code``) run to its end, waited on for 3 steps: the point's failure."""
     import types

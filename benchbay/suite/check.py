@@ -14,6 +14,7 @@ from benchbay.suite import tune as tune_space
 from benchbay.suite.model import (
     DEVICE_KEYS,
     PATH_PARAMS,
+    TOLERANCE_KEYS,
     Devices,
     Point,
     Problem,
@@ -115,7 +116,7 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
                 v.error(f"equivalent[{i}][{j}]", f"a label of sweep.points, got {label!r}")
     tolerance = v.mapping(raw, "equivalent_tolerance")  # the report's loss check: atol + rtol * |first|
     for key, value in tolerance.items():
-        if key not in ("rtol", "atol", "window"):
+        if key not in TOLERANCE_KEYS:
             v.error(f"equivalent_tolerance.{key}", "rtol, atol or window")
         elif key == "window" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             v.error("equivalent_tolerance.window", f"an integer >= 1 (steps in each trailing mean), got {value!r}")

@@ -82,6 +82,7 @@ class Point:
     excluded: str | None = None  # reason, when an exclude rule matched
 
 
+TOLERANCE_KEYS = ("rtol", "atol", "window")  # equivalent_tolerance: the loss check's, in a suite and stored
 DEVICE_KEYS = {"cpu", "cuda"}
 #: workload params that name data on disk (the decode workload's LeRobot dataset): they must exist
 PATH_PARAMS = ("root",)
@@ -305,10 +306,12 @@ class _StoredCheck:
 
     def tolerance(self, value: Any, key: str) -> dict[str, float]:
         """The loss check's rtol, atol (numbers >= 0) and window (steps >= 1); other keys are dropped."""
-        kept = {k: v for k, v in (self.mapping(value, key) or {}).items() if k in ("rtol", "atol", "window")}
+        kept = {k: v for k, v in (self.mapping(value, key) or {}).items() if k in TOLERANCE_KEYS}
         for k, v in kept.items():
-            if not (_IS["integer"](v) and v >= 1 if k == "window" else _IS["number"](v) and v is not None and v >= 0):
-                raise self.fail(f"{key}.{k}", "an integer >= 1" if k == "window" else "a number >= 0")
+            if k == "window" and not (_IS["integer"](v) and v >= 1):
+                raise self.fail(f"{key}.{k}", "an integer >= 1")
+            if k != "window" and (v is None or not _IS["number"](v) or v < 0):
+                raise self.fail(f"{key}.{k}", "a number >= 0")
         return kept
 
     def labels(self, value: Any, key: str) -> list[str]:

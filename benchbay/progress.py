@@ -40,7 +40,8 @@ def describe(record: Record) -> str:
         budget, drained = record.extra.get("measure_budget_spent"), record.extra.get("drain_steps")
         why = "stopped early: slower than the best" if record.extra.get("stopped_early") else "measure budget"
         parts = [*figures, f"{m.get('measured_steps')} steps ({why})" if budget else "",
-                 f"loader behind the step: warmed up {drained} more steps until it ran dry" if drained else ""]
+                 f"loader behind the step: warmed up {drained} more step{'s' * (drained != 1)} until it ran dry"
+                 if drained else ""]
         return f"ok {name}{knob}: " + ", ".join(p for p in parts if p) + busy
     # the reason's last line is the error; its traceback stays in the record
     traced = record.extra.get("traceback")

@@ -340,23 +340,23 @@ def test_a_profiled_command_is_profiled_by_its_probe_in_its_own_process(tmp_path
     assert any("addmm" in op["name"] or "linear" in op["name"] for op in record.extra["profile_top_ops"])
 
 
-@pytest.mark.slow  # Wall-X at toy widths, once a side
+@pytest.mark.slow  # Wall-X at toy widths, once a point
 def test_the_crosschecks_plain_script_trains_the_step_the_wallx_workload_measures(tmp_path, in_repo):
     """The probe's cross-check compares like with like: suites/examples/wallx_plain_train.py, through
-    the command workload, gives the losses the wallx workload's point of the same knobs gives, at the
-    depth an 80 GB card takes (12 language layers) on both sides."""
-    tiny = ["knobs.mbs=2", "steps.warmup=1", "steps.measure=3", "repeats=1", "timeout=300"]
-    sides = {}
-    for name, where in (("wallx-command-crosscheck", "knobs"), ("wallx-crosscheck-workload", "workload.params")):
-        depth = [f"{where}.preset=wallx-tiny", f"{where}.layers=12"]
-        runner = SuiteRunner(load(f"suites/{name}.yaml", [*tiny, *depth]), tmp_path / "results", warm_up=False)
-        runner.run_all()
-        (record,) = store.typed_records(runner.run)
-        assert record.status == Status.OK, record.reason
-        sides[name] = record.series["losses"]
-    script, harness = sides["wallx-command-crosscheck"], sides["wallx-crosscheck-workload"]
-    assert len(script) == len(harness) == 4  # the warm-up step's loss and the measured ones
-    assert script == pytest.approx(harness, rel=1e-3)  # the script prints five decimals
+    the command workload, over its own objects and over the harness's, gives the losses the wallx
+    workload's point of the same knobs gives, at the depth the suite runs (12 language layers)."""
+    tiny = ["knobs.preset=wallx-tiny", "knobs.mbs=2", "knobs.vision_attention=sdpa", "steps.warmup=1",
+            "steps.measure=3", "repeats=1", "timeout=300"]
+    runner = SuiteRunner(load("suites/wallx-probe-crosscheck.yaml", tiny), tmp_path / "results", warm_up=False)
+    runner.run_all()
+    records = {r.label: r for r in store.typed_records(runner.run)}
+    assert set(records) == {"harness", "script", "script-harness-build"}
+    assert all(r.status == Status.OK for r in records.values()), {k: r.reason for k, r in records.items()}
+    assert records["harness"].knobs["vision_attention"] == records["script"].knobs["vision_attention"] == "sdpa"
+    harness = records["harness"].series["losses"]
+    assert len(harness) == 4  # the warm-up step's loss and the measured ones
+    for side in ("script", "script-harness-build"):  # the script prints five decimals
+        assert records[side].series["losses"] == pytest.approx(harness, rel=1e-3), side
 
 
 @pytest.mark.slow  # Wall-X at toy width, a few steps a side

@@ -584,3 +584,25 @@ def test_the_reference_is_freed_before_the_measured_steps_without_waiting_for_a_
     finally:
         gc.enable()
     assert step.fidelity.compute.summary()["extra"]["compute_fidelity"] == "faithful"
+
+
+@pytest.mark.parametrize("warmup, measured_at", [(3, 2), (1, 1), (0, 0)])
+def test_compute_fidelity_runs_before_the_last_warm_up_step_after_the_first(monkeypatch, warmup, measured_at):
+    """Its passes give back the cache they grew: the step after them allocates again, so that step
+    is a warm-up one wherever there are two or more (the first compiles and captures: never before it)."""
+    from benchbay.collect.compute_fidelity import ComputeFidelity
+    from benchbay.launch import worker
+    from benchbay.launch.base import PointSpec
+    from benchbay.record import Status
+    from benchbay.suite import Steps
+
+    at = []
+    measure = ComputeFidelity.measure
+    monkeypatch.setattr(ComputeFidelity, "measure", lambda self, step: (at.append(step), measure(self, step))[1])
+    monkeypatch.setattr(worker, "rank_env", lambda: (0, 1, 0))
+    spec = PointSpec(workload="tests.fixtures.tinywork:Tiny", params={}, knobs={"mbs": 2},
+                     steps=Steps(warmup=warmup, measure=2), device="cpu", timeout=60)
+    result = worker.run(spec)
+    assert result.status == Status.OK, result.reason
+    assert at[0] == measured_at  # the first call measures; a later one finds its figures
+    assert result.extra["compute_fidelity"] == "faithful"

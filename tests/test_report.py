@@ -19,7 +19,7 @@ from PIL import Image
 from benchbay.analysis import plots
 from benchbay.analysis.batch_search import feasible, largest_feasible
 from benchbay.analysis.batch_size import configurations, effective_throughput
-from benchbay.analysis.breakdown import leave_one_out, waterfall
+from benchbay.analysis.breakdown import knob_changes, leave_one_out, waterfall
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import flatten_record, knob_columns, records_to_frame
 from benchbay.analysis.mfu import lookup_peak, mfu_column, peak_flops_for
@@ -384,6 +384,15 @@ def test_a_change_between_points_of_two_runs_says_so_and_one_run_says_nothing(tr
     assert "measured in run" not in notes["baseline"]
     one_run = waterfall(point_summary(records_to_frame(train_records)).query("suite == 'fixture-train'"), BREAKDOWN)
     assert not one_run["notes"].str.contains("measured in run").any()
+
+
+def test_a_change_between_workloads_names_the_workload_not_the_knobs_one_of_them_lacks():
+    harness = pd.Series({"workload": "wallx", "precision": "bf16_mixed", "mbs": 16, "build": math.nan})
+    script = pd.Series({"workload": "command", "precision": None, "mbs": 16, "build": "plain"})
+    assert knob_changes(harness, script, ["precision", "mbs", "build"]) == "workload: wallx -> command"
+    assert knob_changes(harness, {**script, "mbs": 8}, ["precision", "mbs", "build"]) == \
+        "workload: wallx -> command, mbs: 16 -> 8"
+    assert knob_changes(harness, {**harness, "mbs": 8}, ["precision", "mbs"]) == "mbs: 16 -> 8"
 
 
 def test_leave_one_out_finds_labelled_and_one_knob_points(train_records, train):

@@ -31,7 +31,7 @@ import pandas as pd
 
 from benchbay.analysis.compare import Verdict
 from benchbay.analysis.cost import present, say_absent
-from benchbay.analysis.frame import knob_columns, param_columns
+from benchbay.analysis.frame import is_missing, knob_columns, param_columns
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, per_process, ratio_test
 from benchbay.record import SAMPLES_PER_S_PER_GPU, SAMPLES_PER_STEP, STEP_TIME_S, Status
 
@@ -76,9 +76,14 @@ def _verdict(low: float, high: float) -> Verdict:
 
 
 def knob_changes(base: pd.Series, cand: pd.Series, columns: Sequence[str]) -> str:
-    """``knob: old -> new`` for every column that differs."""
-    return ", ".join(f"{c.removeprefix('param.')}: {base[c]} -> {cand[c]}"
-                     for c in columns if str(base[c]) != str(cand[c]))
+    """``knob: old -> new`` for every column that differs. Between two workloads, the workload first,
+    then only the columns both have: a knob or param of one workload alone is not a change of it."""
+    changes = []
+    if base.get("workload") != cand.get("workload"):
+        changes.append(f"workload: {base.get('workload')} -> {cand.get('workload')}")
+        columns = [c for c in columns if not is_missing(base[c]) and not is_missing(cand[c])]
+    return ", ".join(changes + [f"{c.removeprefix('param.')}: {base[c]} -> {cand[c]}"
+                                for c in columns if str(base[c]) != str(cand[c])])
 
 
 def _identity_columns(summary: pd.DataFrame) -> list[str]:

@@ -2,8 +2,9 @@
 
 A knob that changes the arithmetic (float8's FP8 GEMMs, compile's fusions, pure bf16 weights, a
 sharded reduction) changes the gradients, and a few steps' losses cannot say by how much. Once,
-just before the measured steps, the point runs its own forward and backward on one batch (the
-first measured step's; a loader feeding the step gives one batch more) and so does the reference:
+just before the last warm-up step (the first measured one after a single warm-up step), the point
+runs its own forward and backward on one batch (that step's; a loader feeding the step gives one
+batch more) and so does the reference:
 the same weights, batch and random draws, eager, bf16 autocast over fp32 weights (fp32 for an fp32
 point), the point's recompute (the same arithmetic, replayed; a reentrant checkpoint gives no
 gradient to a block whose inputs need none, so the reference's blocks take inputs that do), or every
@@ -21,8 +22,11 @@ point's own tensors where they are fp32, and where they are bf16 weights of line
 convolutions (autocast computes with those in bf16 either way; only a linear called twice in one
 step then sums its two bf16 gradients in bf16 rather than fp32); fp32 copies of the rest; an FSDP2
 shard gathered whole. So it costs one step's activations and gradients and what it copies. The
-worker runs it before the timers start and the peak memory is reset; the random state is restored
-after. Where the copies and a step's working memory would not fit in the free device memory, the
+worker runs it before the last warm-up step, which pays for the cache it gave back, and before the
+peak memory is reset; the random state is restored after. (Run before the first measured step, it
+cost that step 25-95 ms of Wall-X's 438 ms on an H100: wallx-probe-crosscheck, run -091850-ad88;
+before the last warm-up step, that step took 4-6 ms more and the first measured one none: -093050-7450.)
+Where the copies and a step's working memory would not fit in the free device memory, the
 reference recomputes every block; where the copies alone would not (the 14B on one card may not),
 it is not measured and the record says why, as it does where the
 point's random draws differ from eager's (compiled random ops draw from inductor's own generator).
@@ -175,7 +179,7 @@ class ComputeFidelity:
         gc.collect()
         if cuda and torch.cuda.memory_reserved(self.device) > reserved:
             # what the reference needed beyond the point's own cache goes back to the device, not into the
-            # measured steps' reserved peak (the point's cache with it: their first step allocates again)
+            # measured steps' reserved peak (the point's cache with it: the next step, a warm-up one, allocates again)
             torch.cuda.empty_cache()
 
     def summary(self) -> dict[str, dict[str, Any]]:

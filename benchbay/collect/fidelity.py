@@ -153,8 +153,15 @@ class Fidelity:
         self.steps += 1
         self.update.before_step()
 
+    def before_last_warmup(self) -> None:
+        """Compute fidelity's passes, before the last warm-up step: that step, not a measured one,
+        pays for the cache they give back."""
+        self.compute.measure(self.steps)
+
     def start_window(self) -> None:
-        """At the first measured step, before it runs (and before the worker resets the peak memory)."""
+        """At the first measured step, before it runs (and before the worker resets the peak memory);
+        compute fidelity's passes here where they did not run before the last warm-up step (a single one:
+        the passes come after the first step, which compiles and captures)."""
         self.compute.measure(self.steps)
         self.update.start_window()
 

@@ -68,6 +68,9 @@ class StepHarness:
 
         return one
 
+    def before_last_warmup(self) -> None:
+        """Called before the last warm-up step (where there is one)."""
+
     def start_measuring(self) -> None:
         """Called before the first measured step."""
 
@@ -117,6 +120,9 @@ class TrainingHarness(StepHarness):
             return StepOutput(loss, grad_norm, data_s, w.feed.last_loader_s if w.feed else None)
 
         return one
+
+    def before_last_warmup(self) -> None:
+        self.train_step.fidelity.before_last_warmup()
 
     def start_measuring(self) -> None:
         self.train_step.fidelity.start_window()

@@ -205,9 +205,14 @@ def _measure(harness: StepHarness, spec: PointSpec, device: torch.device, window
                 phase("first step (compiles and captures happen here)")
             if i == measured.warmup and measured.drain_steps < DRAIN_LIMIT * ahead and _draining(measured):
                 measured.warmup, total, measured.drain_steps = i + 1, total + 1, measured.drain_steps + 1
+            if 0 < i == measured.warmup - 1:  # a training step's compute fidelity: its passes after the
+                paused = time.perf_counter()  # first step, before the peak is reset, their aftermath unmeasured
+                harness.before_last_warmup()
+                # not a step's time: the steps' host clock stops for it (_draining reads their periods)
+                paused = time.perf_counter() - paused
+                measured.started = [t + paused for t in measured.started]
             if i == measured.warmup:  # figures of the measured steps only
                 phase(f"measuring steps {i}..{total - 1}")
-                # before the peak is reset: a training step's compute fidelity runs its unmeasured passes here
                 harness.start_measuring()
                 for collector in window:
                     measuring.enter_context(collector)

@@ -3,7 +3,7 @@
 suites/examples/wallx_plain_train.py (``train_step``, its loss read a step late), alternating, each
 timed between its steps' ends (CUDA events on a GPU, the host's clock on a CPU). The eager step is
 bound by one host core, and its time moves by up to 15% from one process to the next on either side
-of the probe's cross-check (suites/wallx-command-crosscheck.yaml); here that noise is gone, so a
+of the probe's cross-check (suites/wallx-probe-crosscheck.yaml); here that noise is gone, so a
 difference between the two lines is a difference of the work they queue.
 
 On an H100 80GB HBM3 (torch 2.11.0+cu130, 12 of 36 language layers, mbs 16, 2026-12-06), the median

@@ -395,6 +395,21 @@ def test_a_change_between_workloads_names_the_workload_not_the_knobs_one_of_them
     assert knob_changes(harness, {**harness, "mbs": 8}, ["precision", "mbs"]) == "mbs: 16 -> 8"
 
 
+def test_points_of_one_label_are_told_apart_by_their_knobs_where_those_suffice(train_records):
+    """A point measured again under a newer suite (a knob added, a command's argv longer) keeps its
+    label: the two rows are named by the knob that tells them apart, not by the whole argv too."""
+    first = next(r for r in train_records if r["label"] == "baseline")
+    params = {**first.get("params", {}), "argv": ["python", "train.py"]}
+    older = {**first, "params": params, "point_id": "older", "run_id": "r-old"}
+    newer = {**first, "params": {**params, "argv": ["python", "train.py", "--flash"]}, "point_id": "newer",
+             "run_id": "r-new", "knobs": {**first["knobs"], "attention": "flash"}}
+    names = point_summary(records_to_frame([older, newer]))["name"].tolist()
+    assert sorted(names) == ["baseline (attention=flash)", "baseline (attention=sdpa)"]
+    same_knobs = {**newer, "knobs": first["knobs"]}  # the argv alone tells them apart
+    names = point_summary(records_to_frame([older, same_knobs]))["name"].tolist()
+    assert all("argv=" in name for name in names) and len(set(names)) == 2
+
+
 def test_leave_one_out_finds_labelled_and_one_knob_points(train_records, train):
     table = leave_one_out(train, "+selective", "mbs").set_index("without")
     assert set(table.index) == {"attention", "cuda_graph", "recompute=selective"}

@@ -247,13 +247,17 @@ def _names(points: pd.DataFrame, varying: Sequence[str]) -> pd.Series:
     """Each point's label; an unlabelled point is named after the labelled point it differs
     from least plus those differences (``baseline, mbs=8``), else by its varying knobs. Points that
     share a label (one measured under an older version of the suite) are told apart by what differs
-    (``+full_recompute@32 (trim_prompts=False)``): two rows of one name would read as a contradiction."""
+    (``+full_recompute@32 (trim_prompts=False)``): two rows of one name would read as a contradiction;
+    by the knobs alone where they tell every twin apart (a command's argv is long)."""
     labelled = [row for _, row in points.iterrows() if isinstance(row["label"], str)]
 
     def name(row: pd.Series) -> str:
         if isinstance(row["label"], str):
             twins = [other for other in labelled if other["label"] == row["label"] and other.name != row.name]
             differ = [c for c in varying if any(str(row[c]) != str(other[c]) for other in twins)]
+            knobs = [c for c in differ if not c.startswith("param.")]
+            if knobs and all(any(str(row[c]) != str(other[c]) for c in knobs) for other in twins):
+                differ = knobs
             return f"{row['label']} ({describe(row, differ)})" if differ else row["label"]
         if not labelled:
             return describe(row, varying)

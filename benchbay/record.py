@@ -77,6 +77,8 @@ HOST_RSS_GIB = "host_rss_gib"
 PEAK_HOST_RSS_GIB = "peak_host_rss_gib"
 #: a command's probe: host seconds a step inside its hook (what it adds to a step on the host)
 PROBE_HOST_S = "probe_host_s"
+#: a command's stop: seconds from the first signal (SIGINT) to its process group gone, once its steps were in
+COMMAND_STOP_S = "command_stop_s"
 #: the ranks a command launched itself (torchrun in its argv), as its probe saw them: its samples/s are all of theirs
 COMMAND_RANKS = "command_ranks"
 #: a command's steps whose optimizer step its GradScaler skipped (inf or NaN gradients), as its probe saw them
@@ -129,7 +131,7 @@ FIGURES = frozenset({
     ENERGY_J_PER_SAMPLE, ENERGY_WATTS,
     UPDATE_APPLIED_SHARE, UPDATE_APPLIED_SHARE_SE, UPDATE_LOST_SHARE, "fidelity_sampled_elements",
         COMPUTE_GRADIENT_COSINE, "compute_gradient_error", "compute_sampled_tensors",
-    STEP_TIME_RANK_SPREAD, "exit_code", SIGNAL, PROBE_HOST_S, COMMAND_RANKS, SKIPPED_STEPS,
+    STEP_TIME_RANK_SPREAD, "exit_code", SIGNAL, PROBE_HOST_S, COMMAND_RANKS, SKIPPED_STEPS, COMMAND_STOP_S,
     COMPILE_TIME_S,
     STEP_TIMES_S, LOSSES, "grad_norms", DATA_WAITS_S, CPU_UTIL, CPU_UTIL_T, CHILD_CPU_UTIL, GPU_UTIL, GPU_POWER_W,
         GPU_SM_CLOCK_MHZ,

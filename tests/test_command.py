@@ -420,11 +420,13 @@ def test_the_report_says_what_each_command_process_cost(tmp_path, in_repo, in_pr
     assert row["steps"] == 4 and row["process"] == pytest.approx(record.duration_s)
     assert row["start_up_and_first_step"] + row["later_steps"] + row["harness"] == pytest.approx(row["process"])
     assert 0 < row["harness"] < row["process"] and row["start_up_and_first_step"] > 0
+    assert 0 < record.metrics["command_stop_s"] == row["stop"] < row["harness"]  # SIGINT, then its exit
     # the probe's hook timed itself: far under the script's 10 ms a step (a host clock and a line written)
     assert 0 < record.metrics["probe_host_s"] == row["probe"] < 0.01
     build_report(frame, tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "### What each process cost" in text and f"| {row['harness']:.1f} |" in text
+    assert "### What each process cost" in text and f"| {row['harness']:.1f} | {row['stop']:.1f} |" in text
+    assert "the command's stop (from SIGINT to its process group gone" in text
     assert f"| {row['probe'] * 1e3:.3f} | {row['probe'] / row['step']:.2%} |" in text
 
 
@@ -443,6 +445,7 @@ def test_a_cost_section_over_two_runs_says_which_run_each_process_was():
     assert "7.0 to 7.0 s in run before; 3.0 to 3.0 s in run after" in text.text
     (_, text, table) = cost_blocks(pd.DataFrame({"point_id": ["p1"], "name": ["bs4"]}), records.iloc[:1])
     assert "run" not in table.frame and "added, a process: 7.0 to 7.0 s." in text.text
+    assert "of which its stop (s)" not in table.frame and "stop (from SIGINT" not in text.text  # not measured then
 
 
 def test_the_report_sets_the_recorded_step_times_beside_the_scripts_own_clock():

@@ -11,12 +11,13 @@ import pandas as pd
 
 from benchbay.analysis.frame import is_missing
 from benchbay.document import Block, Heading, Table, Text
-from benchbay.record import PROBE_HOST_S, STEP_TIME_S, STEP_TIMES_S
+from benchbay.record import COMMAND_STOP_S, PROBE_HOST_S, STEP_TIME_S, STEP_TIMES_S
 
 
 def cost_table(records: pd.DataFrame) -> pd.DataFrame:
     """One row per ok command process (seconds): ``process``, the command's (its start-up and first
-    step, then its later steps) and ``harness``, the process less the command."""
+    step, then its later steps), ``harness``, the process less the command, and ``stop``, the part of
+    it that stopping the command took (records before it was measured have none)."""
     rows = []
     for _, r in records.iterrows():
         times, duration = r.get(STEP_TIMES_S), r.get("duration_s")
@@ -28,9 +29,9 @@ def cost_table(records: pd.DataFrame) -> pd.DataFrame:
                      "process": float(duration),
                      "start_up_and_first_step": float(times[0]), "later_steps": command - float(times[0]),
                      "steps": len(times), "harness": float(duration) - command,
-                     "probe": r.get(PROBE_HOST_S), "step": r.get(STEP_TIME_S)})
+                     "stop": r.get(COMMAND_STOP_S), "probe": r.get(PROBE_HOST_S), "step": r.get(STEP_TIME_S)})
     table = pd.DataFrame(rows)
-    return table.assign(probe=pd.to_numeric(table["probe"]), step=pd.to_numeric(table["step"])) if rows else table
+    return table.assign(**{c: pd.to_numeric(table[c]) for c in ("stop", "probe", "step")}) if rows else table
 
 
 def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
@@ -46,6 +47,9 @@ def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
         "its later steps (s)": table["later_steps"].map("{:.1f}".format), "steps": table["steps"].map(str),
         "harness (s)": table["harness"].map("{:.1f}".format),
         "harness share": (table["harness"] / table["process"]).map("{:.0%}".format)})
+    if table["stop"].notna().any():
+        stop = table["stop"].map(_shown("{:.1f}"))
+        shown.insert(shown.columns.get_loc("harness share"), "of which its stop (s)", stop)
     runs = table.groupby("run_id", sort=False, dropna=False)["harness"]
     if runs.ngroups > 1:  # a report over several runs (before and after a change): which row is which
         shown.insert(0, "run", table["run_id"].map(str))
@@ -56,6 +60,9 @@ def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
             "harness's: starting the point's process, stopping the command (SIGINT, then its exit; a data loader's "
             "workers exit with it) and the collectors; in records made before the command was started ahead of "
             f"the worker's imports, torch's import there too. Here the harness added, a process: {added}.")
+    if table["stop"].notna().any():
+        text += (" Of that, the command's stop (from SIGINT to its process group gone: the script's own exit, "
+                 f"for a script that exits on SIGINT) took {table['stop'].min():.1f} to {table['stop'].max():.1f} s.")
     if table["probe"].notna().any():  # records before the probe measured itself have none
         shown["probe's hook, host (ms a step)"] = (table["probe"] * 1e3).map(_shown("{:.3f}"))
         shown["of the step"] = (table["probe"] / table["step"]).map(_shown("{:.2%}"))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchbay.collect import Collector
+from benchbay.record import COMMAND_STOP_S
 from benchbay.workloads.base import TrainingWorkload, Workload
 from benchbay.workloads.command import Command
 
@@ -86,6 +87,10 @@ class StepHarness:
         standing in for the worker's), ``metrics`` and ``extra``."""
         return self.workload.own_figures(steps)
 
+    def settled_metrics(self) -> dict[str, float]:
+        """Metrics known once ``settings`` has been left (a command's stop)."""
+        return {}
+
 
 class TrainingHarness(StepHarness):
     """Runs a ``TrainingWorkload``: the knobs turn its model into the training step."""
@@ -148,6 +153,10 @@ class CommandHarness(StepHarness):
 
         self.workload.profile = (out_dir, after, steps)
         return ProbeTrace(out_dir, running=self.workload.running_now)
+
+    def settled_metrics(self) -> dict[str, float]:
+        stopped = self.workload.stop_s
+        return {} if stopped is None else {COMMAND_STOP_S: stopped}
 
     def prepare(self) -> Step:
         self.workload.start()

@@ -169,6 +169,7 @@ def run(spec: PointSpec, command: Command | None = None) -> WorkerResult:
             phase("metrics")
             result = replace(result, **_figures(harness, spec, measured, [*window, profiler, snapshot,
                                                                           CompileCounters()]))
+        result = replace(result, metrics={**result.metrics, **harness.settled_metrics()})
     except Exception as exc:  # classified below; the sweep goes on in the parent
         return replace(result, **_failure(exc, measured.step_index, device, after_steps=bool(measured.times)))
     finally:

@@ -106,6 +106,7 @@ class Command(Workload):
         self._step_lines = 0  # the output's lines step_regex matched, of those it searched (_log_lines.consumed)
         self.dataset_root: Path | None = None
         self.started = 0.0
+        self.stop_s: float | None = None  # how long its stop took (``stop``), once stopped
         self.out: Path | None = None
         self.log: Path | None = None
         #: profiled through the probe (``benchbay profile``): its folder, the steps before, the steps profiled
@@ -248,6 +249,7 @@ class Command(Workload):
         then SIGKILL to what is left of the group once its leader is gone (a helper it started)."""
         if self.proc is None:
             return
+        began = time.perf_counter()
         for sig, grace in ((signal.SIGINT, STOP_GRACE_S[0]), (signal.SIGTERM, STOP_GRACE_S[1]), (signal.SIGKILL, 5.0)):
             if self.proc.poll() is not None:
                 break
@@ -261,6 +263,7 @@ class Command(Workload):
             while time.monotonic() < deadline:  # gone, so that its scratch folder can go
                 os.killpg(self.proc.pid, 0)
                 time.sleep(POLL_S)
+        self.stop_s = time.perf_counter() - began
 
     # ---- its figures ---------------------------------------------------------------------------
     def own_figures(self, steps: int) -> dict[str, Any]:

@@ -140,7 +140,7 @@ def verdict(by_group: dict[str, dict[str, float]], overall: dict[str, float]) ->
 
 
 class ComputeFidelity:
-    """Measures once (``measure``, before the measured steps) and says what it found (``summary``),
+    """Measures once (``measure``, before the last warm-up step) and says what it found (``summary``),
     with ``facts``: what the point computes otherwise than the reference (the float8 knob's linears)."""
 
     def __init__(self, workload: TrainingWorkload, reference: Reference, model: nn.Module, knobs: dict[str, Any],

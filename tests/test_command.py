@@ -596,3 +596,27 @@ def test_only_the_last_steps_loss_is_waited_for(monkeypatch):
     with pytest.raises(AssertionError, match="waited"):
         per_step("loss 1.0\nloss 0.9\n", 3)  # every step, the third's line still to come
     assert per_step("loss 1.0\nloss 0.9\nloss 0.8\n", 3) == [1.0, 0.9, 0.8]
+
+
+@pytest.mark.parametrize("printed, steps, waited", [(2, 4, True), (3, 4, True), (2, 30, False)])
+def test_the_last_losses_of_a_script_that_prints_them_a_step_late_are_waited_for(printed, steps, waited):
+    """A script that reads each loss a step late (as the harness does) has printed two fewer than the
+    probe saw: those come within moments and are waited for; one printing every 10 steps is not."""
+    import types
+
+    import torch
+
+    from benchbay.workloads.command import Command
+
+    command = Command({"argv": ["train"], "loss_regex": r"loss ([0-9.]+)"}, {}, torch.device("cpu"))
+    command.proc = types.SimpleNamespace(poll=lambda: None)  # still running
+    reads = []
+
+    def output():  # a line more at each read, as the script goes on
+        reads.append(1)
+        return "".join(f"loss {i}.5\n" for i in range(printed + len(reads) - 1))
+
+    command.output = output
+    losses = command._per_step(command.params["loss_regex"], steps)
+    assert losses == ([i + 0.5 for i in range(steps)] if waited else [0.5, 1.5])
+    assert (len(reads) > 1) == waited

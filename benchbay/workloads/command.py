@@ -301,11 +301,12 @@ class Command(Workload):
     def _per_step(self, regex: str, steps: int) -> list[float]:
         """The first ``steps`` values ``regex`` finds in the output (a loss, a clock): a script prints a
         step's figures after its optimizer step, so the last may come a moment after the probe saw the
-        step (waited for, briefly); one that prints them less often (every 10 steps) is not waited for."""
+        step, or a step later where it reads each loss a step late, as the harness does (so the last
+        two are waited for, briefly); one that prints them less often (every 10 steps) is not waited for."""
         deadline = time.monotonic() + LOSS_GRACE_S
         while True:
             values = _numbers(regex, self.output())[:steps]
-            if len(values) >= steps or len(values) < steps - 1 or self.proc.poll() is not None \
+            if len(values) >= steps or len(values) < steps - 2 or self.proc.poll() is not None \
                     or time.monotonic() > deadline:
                 return values
             time.sleep(POLL_S * 10)  # the whole output searched again: not as often as the steps are polled

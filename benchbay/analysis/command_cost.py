@@ -47,7 +47,8 @@ def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
         "its later steps (s)": table["later_steps"].map("{:.1f}".format), "steps": table["steps"].map(str),
         "harness (s)": table["harness"].map("{:.1f}".format),
         "harness share": (table["harness"] / table["process"]).map("{:.0%}".format)})
-    if table["stop"].notna().any():
+    stopped = table["stop"].notna().any()  # records before the stop was timed have none
+    if stopped:
         stop = table["stop"].map(_shown("{:.1f}"))
         shown.insert(shown.columns.get_loc("harness share"), "of which its stop (s)", stop)
     runs = table.groupby("run_id", sort=False, dropna=False)["harness"]
@@ -60,7 +61,7 @@ def cost_blocks(points: pd.DataFrame, records: pd.DataFrame) -> list[Block]:
             "harness's: starting the point's process, stopping the command (SIGINT, then its exit; a data loader's "
             "workers exit with it) and the collectors; in records made before the command was started ahead of "
             f"the worker's imports, torch's import there too. Here the harness added, a process: {added}.")
-    if table["stop"].notna().any():
+    if stopped:
         text += (" Of that, the command's stop (from SIGINT to its process group gone: the script's own exit, "
                  f"for a script that exits on SIGINT) took {table['stop'].min():.1f} to {table['stop'].max():.1f} s.")
     if table["probe"].notna().any():  # records before the probe measured itself have none

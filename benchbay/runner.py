@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ from benchbay import store
 from benchbay.analysis.batch_search import feasible, largest_feasible, search_edges
 from benchbay.analysis.mfu import peak_flops_for
 from benchbay.collect.env import fingerprint
+from benchbay.interrupts import raise_if_swallowed, signals_interrupt
 from benchbay.knobs import rules
 from benchbay.launch.base import Launch, Launcher, Outcome, PointSpec
 from benchbay.launch.local import LocalLauncher
@@ -290,7 +288,7 @@ class SuiteRunner:
 
         ended = False
         try:
-            with sigterm_as_interrupt(), self.launcher.scratch(self.run) as scratch, \
+            with signals_interrupt(), self.launcher.scratch(self.run) as scratch, \
                     SweepProgress(self.console, self.suite.name, len(tasks)) as progress:
                 self.scratch = scratch
                 try:
@@ -312,6 +310,7 @@ class SuiteRunner:
                             not_started.append(f"{point.label or point.point_id} ({need:.0f} s)")
                             progress.advance(measured=False)
                             continue
+                        raise_if_swallowed()
                         progress.start(i, point.label or f"point {point.index}")
                         if warms:
                             warm_pending = False
@@ -439,24 +438,6 @@ def cannot_run(point: Point, device: str, world_size: int) -> str | None:
 def matches(point: Point, label: str) -> bool:
     """A suite's point label, also when a grid appended its values ("base mbs=2" matches "base")."""
     return point.label is not None and (point.label == label or point.label.startswith(label + " "))
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (what CI runners and Slurm send) ends the sweep as Ctrl-C does: the point's processes
-    killed, the scratch folder removed, the manifest interrupted, the resume hint said."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class Unwritable(Exception):

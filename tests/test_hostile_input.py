@@ -436,6 +436,48 @@ def test_a_points_stack_dump_is_scheduled_from_the_parents_deadline(tmp_path, mo
     assert 20 - worker.STACK_DUMP_LEAD_S - 2 < delay <= 20 - worker.STACK_DUMP_LEAD_S
 
 
+class _SwallowsItsInterrupt:
+    """A SIGINT handled inside ``__del__``: Python prints its KeyboardInterrupt and goes on, as it does
+    in logging's at-fork hook when the signal lands while ``subprocess.Popen`` forks."""
+
+    def __del__(self):
+        import os
+        import signal
+        os.kill(os.getpid(), signal.SIGINT)  # os.kill runs the handler before it returns
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed raise
+def test_a_ctrl_c_swallowed_as_a_point_is_spawned_still_stops_it_and_kills_its_process(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    import psutil
+
+    from benchbay.interrupts import signals_interrupt
+    from benchbay.launch import process
+    from benchbay.launch.base import Launch, PointSpec
+    from benchbay.suite import Steps
+
+    monkeypatch.setattr(process, "command", lambda *args: [sys.executable, "-c", "import time; time.sleep(600)"])
+    spawned, real_popen = [], subprocess.Popen
+
+    def popen(*args, **kwargs):
+        spawned.append(proc := real_popen(*args, **kwargs))
+        if len(spawned) == 1:
+            _SwallowsItsInterrupt()  # deleted at once: the interrupt is raised and swallowed here
+        return proc
+
+    monkeypatch.setattr(process.subprocess, "Popen", popen)
+    spec = PointSpec(workload="w", params={}, knobs={}, steps=Steps(), device="cpu", timeout=20)
+    with signals_interrupt(), pytest.raises(KeyboardInterrupt):  # not a timeout 20 s later
+        process.run_ranks(spec, tmp_path / "point", Launch())
+    (proc,) = spawned
+    assert proc.returncode is not None and not psutil.pid_exists(proc.pid)
+    with signals_interrupt():  # a new sweep starts with nothing noted
+        process.run_ranks(replace(spec, timeout=1), tmp_path / "again", Launch())
+
+
 def test_a_python_memory_error_is_oom():
     import torch
 

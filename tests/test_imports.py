@@ -98,9 +98,9 @@ def test_no_module_is_over_500_lines():
 
 #: the packages (and top-level modules) from the bottom up: a module imports only from its own
 #: layer or below (the workloads are specs; the launch side runs them; analysis reads the store)
-ORDER = ("record", "markdown", "parent_death", "knobs", "store", "document", "benchbay", "analysis", "collect",
-         "decode", "workloads", "suite", "launch", "progress", "runner", "pytest_benchmark", "tune", "profiling",
-         "report", "bisect", "baselines", "commands", "cli", "__main__")
+ORDER = ("record", "markdown", "parent_death", "interrupts", "knobs", "store", "document", "benchbay", "analysis",
+         "collect", "decode", "workloads", "suite", "launch", "progress", "runner", "pytest_benchmark", "tune",
+         "profiling", "report", "bisect", "baselines", "commands", "cli", "__main__")
 #: the imports that climb back up, each lazy and said why: a loaded run's records become the
 #: analysis's frame; the gate's calibration loads and runs its own suite
 CLIMBS = {("benchbay.store", "benchbay.analysis.frame"), ("benchbay.analysis.gate_calibration", "benchbay.suite")}

@@ -88,14 +88,14 @@ def cmd_run(args) -> int:
     if (stopped := _stopped_code(summary)) is not None:
         return stopped
     if not args.no_report:
+        from benchbay.interrupts import signals_interrupt
         from benchbay.report import build_report
-        from benchbay.runner import sigterm_as_interrupt
         from benchbay.store import find_runs, load_runs
         from benchbay.suite.model import SuiteMeta
 
         out = Path(args.report_dir or Path("reports") / suite.name)
         try:  # SIGTERM here too is an interrupt (130): the report is written whole or not at all
-            with sigterm_as_interrupt():
+            with signals_interrupt():
                 # the suite's runs (build_report keeps this machine's): a run of --point adds to the report
                 path = build_report(load_runs(find_runs([summary.run.parent])), out, title=suite.name,
                                     suite_meta=SuiteMeta.of(suite), peak_flops=peak_flops())

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from benchbay.interrupts import raise_if_swallowed
 from benchbay.launch.base import Launch, Outcome, PointSpec, WorkerResult
 from benchbay.parent_death import adopt_orphans, die_with_parent
 from benchbay.record import (
@@ -100,6 +101,7 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
                                 env=env, start_new_session=True, preexec_fn=die_with_parent)
         started = _created(proc.pid)
         try:
+            raise_if_swallowed()  # a Ctrl-C as Popen forked
             proc.wait(timeout=spec.timeout)
         except subprocess.TimeoutExpired:
             timed_out, state = True, tree_state(proc.pid)

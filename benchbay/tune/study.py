@@ -37,6 +37,7 @@ from rich.console import Console
 from benchbay import store
 from benchbay.analysis.cost import cost_per_million_samples
 from benchbay.analysis.update_fidelity import verdict
+from benchbay.interrupts import signals_interrupt
 from benchbay.launch.worker import EARLY_STEPS
 from benchbay.progress import describe
 from benchbay.record import (
@@ -49,7 +50,7 @@ from benchbay.record import (
     Record,
     Status,
 )
-from benchbay.runner import SuiteRunner, Unwritable, cannot_run, sigterm_as_interrupt
+from benchbay.runner import SuiteRunner, Unwritable, cannot_run
 from benchbay.suite.model import Point, Suite, excluded_by
 from benchbay.suite.tune import IntRange, Tune
 from benchbay.tune.confirm import CONFIRMS, TRIAL, ConfirmStage
@@ -216,7 +217,7 @@ class Tuner(ConfirmStage):
             manifest.setdefault("started_at", dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
             store.write_manifest(self.run, manifest)
             summary = TuneSummary(self.run, {})
-            with sigterm_as_interrupt(), self.runner.launcher.scratch(self.run) as scratch:
+            with signals_interrupt(), self.runner.launcher.scratch(self.run) as scratch:
                 self.runner.scratch = scratch
                 try:
                     study = self._study(stored)

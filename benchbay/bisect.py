@@ -18,8 +18,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchbay.analysis.compare import Verdict
 from benchbay.analysis.gate import gate
+from benchbay.analysis.metrics import Verdict
 from benchbay.store import load_runs
 from benchbay.suite.model import SuiteMeta
 

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from benchbay.analysis.compare import Verdict
 from benchbay.analysis.data_loading import _with_noise_floor, best_loaders, workers_claim
+from benchbay.analysis.metrics import Verdict
 
 
 def _table(rows: list[tuple]) -> pd.DataFrame:

@@ -15,9 +15,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from benchbay.analysis import plots
 from benchbay.analysis.breakdown import waterfall
-from benchbay.analysis.compare import METRICS, compare, compare_metric
+from benchbay.analysis.compare import compare, compare_metric
 from benchbay.analysis.frame import records_to_frame
 from benchbay.analysis.history import history
+from benchbay.analysis.metrics import METRICS
 from benchbay.analysis.points import MatchedPoint
 from benchbay.analysis.tables import point_summary
 from benchbay.report import build_report

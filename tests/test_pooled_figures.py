@@ -10,8 +10,8 @@ import pandas as pd
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 from benchbay.analysis import plots
-from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import records_to_frame
+from benchbay.analysis.metrics import Verdict
 from benchbay.analysis.tables import point_summary, sweep_table
 from benchbay.report import build_report
 from benchbay.store import point_id

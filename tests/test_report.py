@@ -20,8 +20,8 @@ from benchbay.analysis import plots
 from benchbay.analysis.batch_search import feasible, largest_feasible
 from benchbay.analysis.batch_size import configurations, effective_throughput
 from benchbay.analysis.breakdown import knob_changes, leave_one_out, waterfall
-from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import flatten_record, knob_columns, records_to_frame
+from benchbay.analysis.metrics import Verdict
 from benchbay.analysis.mfu import lookup_peak, mfu_column, peak_flops_for
 from benchbay.analysis.steady import amortisation_steps, amortisation_table, detect_warmup
 from benchbay.analysis.tables import (

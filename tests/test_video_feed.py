@@ -256,8 +256,8 @@ def test_training_workloads_import_without_pyav():
 def test_a_loaders_speed_up_is_read_as_the_noise_between_processes():
     """No loader makes the step faster: the largest speed-up at a batch size bounds what counts as a
     slow-down there (each point is a process of its own; its interval is over its own steps)."""
-    from benchbay.analysis.compare import Verdict
     from benchbay.analysis.data_loading import _with_noise_floor, workers_claim
+    from benchbay.analysis.metrics import Verdict
 
     rows = [("decord", 4, -0.16, -0.21, -0.12, Verdict.FASTER), ("pyav", 4, 0.10, 0.05, 0.15, Verdict.SLOWER),
             ("pyav", 16, 0.40, 0.30, 0.50, Verdict.SLOWER), ("decord", 16, -0.06, -0.12, 0.05, Verdict.NOT_SIGNIFICANT),

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchbay.analysis.compare import Verdict
 from benchbay.analysis.cost import present, say_absent
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
+from benchbay.analysis.metrics import Verdict
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, per_process, ratio_test
 from benchbay.record import SAMPLES_PER_S_PER_GPU, SAMPLES_PER_STEP, STEP_TIME_S, Status
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from enum import StrEnum
 
 import numpy as np
 import pandas as pd
@@ -47,6 +46,7 @@ import pandas as pd
 from benchbay.analysis.cost import COST, cost_per_million_samples
 from benchbay.analysis.failed_repeats import failed_repeats
 from benchbay.analysis.frame import is_missing
+from benchbay.analysis.metrics import DEFAULT_METRICS, METRICS, UNCHANGED, Metric, Verdict
 from benchbay.analysis.mfu import row_mfu
 from benchbay.analysis.points import MatchedPoint, describe_points, env_differences, match_points, point_groups
 from benchbay.analysis.quality import cards_note, notes, warnings_of
@@ -62,13 +62,8 @@ from benchbay.analysis.stats import (
 )
 from benchbay.record import (
     DELIVERED_RATE,
-    ENERGY_J_PER_SAMPLE,
-    ENERGY_WATTS,
     MEASURED_STEPS,
     MFU,
-    PEAK_MEM_ALLOCATED_GIB,
-    PEAK_MEM_RESERVED_GIB,
-    SAMPLES_PER_S,
     SAMPLES_PER_S_PER_GPU,
     SAMPLES_PER_STEP,
     STEP_TIME_S,
@@ -76,59 +71,6 @@ from benchbay.record import (
     WARMUP_STEPS,
     Status,
 )
-
-
-class Verdict(StrEnum):
-    """What a comparison says of a change (the module docstring says when each is given)."""
-
-    FASTER = "faster"
-    SLOWER = "slower"
-    LESS_MEMORY = "less memory"
-    MORE_MEMORY = "more memory"
-    LESS_ENERGY = "less energy"
-    MORE_ENERGY = "more energy"
-    LESS_POWER = "less power"
-    MORE_POWER = "more power"
-    CHEAPER = "cheaper"
-    COSTLIER = "costlier"
-    NO_CHANGE = "no change"
-    NOT_SIGNIFICANT = "not significant"
-    FAILED = "failed"
-    NOT_COMPARABLE = "not comparable"
-    UNSUPPORTED = "cannot support a verdict"  # too few processes, and no earlier run to say their spread
-    NO_INTERVAL = "no interval"  # the breakdown, where a side has no steps or neither more than one process
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A figure the comparison and the threshold grammar know by ``name``."""
-
-    name: str
-    column: str  # the flattened record column
-    higher_is_better: bool
-    per_step: bool  # samples derive from the steady per-step times
-    better: Verdict
-    worse: Verdict
-    exact: bool = False  # repeats exactly from process to process (a memory peak): no spread to measure
-
-
-_TIME, _MEMORY = (Verdict.FASTER, Verdict.SLOWER), (Verdict.LESS_MEMORY, Verdict.MORE_MEMORY)
-METRICS: dict[str, Metric] = {
-    m.name: m
-    for m in (
-        Metric("step_time", STEP_TIME_S, False, True, *_TIME),
-        Metric("samples_per_s", SAMPLES_PER_S, True, True, *_TIME),
-        Metric("samples_per_s_per_gpu", SAMPLES_PER_S_PER_GPU, True, True, *_TIME),
-        Metric("mfu", MFU, True, True, *_TIME),
-        Metric("peak_mem", PEAK_MEM_ALLOCATED_GIB, False, False, *_MEMORY, exact=True),
-        Metric("peak_mem_reserved", PEAK_MEM_RESERVED_GIB, False, False, *_MEMORY, exact=True),
-        Metric("energy_per_sample", ENERGY_J_PER_SAMPLE, False, False, Verdict.LESS_ENERGY, Verdict.MORE_ENERGY),
-        Metric("power", ENERGY_WATTS, False, False, Verdict.LESS_POWER, Verdict.MORE_POWER),
-    )
-}
-DEFAULT_METRICS = ("step_time", "samples_per_s_per_gpu", "peak_mem", "mfu", "energy_per_sample", "power")
-#: verdicts that say nothing changed (or nothing can be said)
-UNCHANGED = (Verdict.NO_CHANGE, Verdict.NOT_SIGNIFICANT, Verdict.UNSUPPORTED)
 
 
 @dataclass(frozen=True)

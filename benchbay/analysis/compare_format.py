@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from benchbay.analysis.compare import UNCHANGED
 from benchbay.analysis.frame import is_missing
+from benchbay.analysis.metrics import UNCHANGED
 from benchbay.markdown import markdown_table
 
 

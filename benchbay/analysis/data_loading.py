@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 
 from benchbay.analysis import plots
 from benchbay.analysis.breakdown import point_changes
-from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns
+from benchbay.analysis.metrics import Verdict
 from benchbay.analysis.steady import WAITED, first_dry_step
 from benchbay.analysis.tables import point_summary
 from benchbay.knobs.video import VIDEO_KNOBS

@@ -34,17 +34,15 @@ import pandas as pd
 
 from benchbay.analysis.compare import (
     DEFAULT_OPTIONS,
-    METRICS,
-    UNCHANGED,
     CompareOptions,
     Comparison,
-    Verdict,
     code_spread,
     compare_metric,
     earlier_rows,
     point_caution,
 )
 from benchbay.analysis.compare_format import caution_line, format_note, format_ratio, format_value
+from benchbay.analysis.metrics import METRICS, UNCHANGED, Verdict
 from benchbay.analysis.points import describe_points, first_label, match_points, point_groups, point_key_columns
 from benchbay.analysis.stats import repeats_needed
 from benchbay.analysis.thresholds import FAIL_SHARE, Threshold, parse_threshold, value_matches

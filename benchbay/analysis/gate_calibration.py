@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchbay.analysis.compare import METRICS, pooled_figure, process_values
+from benchbay.analysis.compare import pooled_figure, process_values
 from benchbay.analysis.gate import gate
+from benchbay.analysis.metrics import METRICS
 from benchbay.analysis.quality import POINT_WARNINGS
 from benchbay.analysis.stats import log_spread, repeats_needed
 from benchbay.analysis.thresholds import parse_threshold

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from benchbay.analysis.compare import METRICS, CompareOptions, Metric, Verdict, compare_metric, pooled_figure
+from benchbay.analysis.compare import CompareOptions, compare_metric, pooled_figure
+from benchbay.analysis.metrics import METRICS, Metric, Verdict
 from benchbay.analysis.points import MatchedPoint, describe_points, first_label, point_groups, point_key_columns
 from benchbay.analysis.stats import STATISTICS, STEP_STATISTIC, find_change_points
 from benchbay.record import Status

@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from benchbay.analysis.batch_size import configurations
-from benchbay.analysis.compare import Verdict
 from benchbay.analysis.frame import is_missing
+from benchbay.analysis.metrics import Verdict
 from benchbay.analysis.tables import device_word, reference_band, reference_runs, repeat_of
 from benchbay.record import (
     CPU_UTIL,

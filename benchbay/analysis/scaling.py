@@ -30,8 +30,9 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from benchbay.analysis import plots
-from benchbay.analysis.compare import METRICS, pooled_figure
+from benchbay.analysis.compare import pooled_figure
 from benchbay.analysis.frame import is_missing, knob_columns, param_columns, varying_columns
+from benchbay.analysis.metrics import METRICS
 from benchbay.analysis.tables import describe
 from benchbay.record import (
     PEAK_MEM_RESERVED_GIB,

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchbay.analysis.compare import METRICS
+from benchbay.analysis.metrics import METRICS
 from benchbay.analysis.stats import STATISTICS
 
 _EXPECTED = (

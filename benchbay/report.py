@@ -174,8 +174,8 @@ def _overview(df: pd.DataFrame, title: str) -> list[Block]:
     unfinished = runs[states.isin(["interrupted", "running"])]
     if len(unfinished):
         blocks.append(Text(f"Unfinished: {', '.join(unfinished['suite'] + ' ' + unfinished['run_id'])} (interrupted "
-                           "or still running): a point or a batch search may be missing; "
-                           "`benchbay run SUITE --resume RUN_ID` continues it."))
+                           "or still running): a point, a batch search or a tune's trials may be missing; "
+                           "`benchbay run SUITE --resume RUN_ID` (a tune: `benchbay tune`) continues it."))
     return blocks + _health_blocks(df)
 
 

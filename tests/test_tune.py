@@ -278,7 +278,9 @@ def test_the_readmes_tune_figures_are_those_of_the_committed_wallx_tune():
     """README: "found 65.34 samples/s/GPU (faithful, 3 processes; trial 20 of 24 at 876 device-seconds)"."""
     from tests.conftest import ROOT
 
-    (run,) = [p.parent for p in (ROOT / "results" / "wallx-tune").glob("*/tune.json")]
+    # "On one H200": the H100 run of the suite (unfinished) is the guide's
+    (run,) = [p.parent for p in (ROOT / "results" / "wallx-tune").glob("*/tune.json")
+              if read_result(p.parent)["gpu"] == "NVIDIA H200"]
     result = read_result(run)
     best = result["best"]
     spent = sum(t["device_s"] for t in result["trials"] if t["trial"] <= best["trial"])

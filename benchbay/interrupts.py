@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_noted = False  # a signal arrived since the innermost ``signals_interrupt`` began
+_noted = False  # a signal arrived since the innermost ``signals_interrupt`` began, and it has not ended
 
 
 @contextmanager
@@ -29,7 +29,7 @@ def signals_interrupt() -> Iterator[None]:
         _noted = True
         raise KeyboardInterrupt
 
-    _noted = False
+    outer, _noted = _noted, False
     # a SIGINT ignored from the start (a job a shell put in the background) stays ignored
     taken = [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) is not signal.SIG_IGN]
     previous = {sig: signal.signal(sig, interrupt) for sig in taken}
@@ -38,6 +38,7 @@ def signals_interrupt() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        _noted = outer  # what came inside ends with it: a point started outside (measure called alone) runs
 
 
 def raise_if_swallowed() -> None:

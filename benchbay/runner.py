@@ -165,6 +165,7 @@ class SuiteRunner:
     def measure(self, point: Point, repeat: int, extra: dict[str, Any] | None = None,
                 stop_below: float | None = None) -> Record:
         """Run (or skip) one point, append its record, return it; ``stop_below``: a tune's early stop."""
+        raise_if_swallowed()  # a sweep's point, a batch search's probe, a tune's trial or confirmation
         started = dt.datetime.now(dt.timezone.utc)
         t0 = time.perf_counter()
         skipped = point.excluded or cannot_run(point, self.device, self.launch.world_size)
@@ -310,7 +311,6 @@ class SuiteRunner:
                             not_started.append(f"{point.label or point.point_id} ({need:.0f} s)")
                             progress.advance(measured=False)
                             continue
-                        raise_if_swallowed()
                         progress.start(i, point.label or f"point {point.index}")
                         if warms:
                             warm_pending = False

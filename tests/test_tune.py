@@ -19,6 +19,7 @@ from benchbay.tune.confirm import CONFIRMS, TRIAL
 from benchbay.tune.memory import MemoryModel, fit
 from benchbay.tune.result import emit_suite, read_result
 from benchbay.tune.study import Tuner
+from benchbay.tune.trials import rest_of
 from tests.conftest import benchbay_cmd, write_suite
 from tests.fixtures import landscape
 from tests.fixtures.landscape import OPTIMUM
@@ -259,19 +260,48 @@ def test_a_tune_json_that_is_not_one_is_skipped_with_a_warning(tmp_path):
         assert read_result(tmp_path) is None
 
 
-def test_a_configuration_with_one_batch_measured_borrows_the_slope_of_its_nearest_neighbour():
+def test_a_configuration_with_one_batch_measured_borrows_the_slope_of_its_nearest_neighbour_of_its_recompute():
     model = MemoryModel(capacity_gib=140.0)
-    near, far, lone = (("lm_head", "text"), ("recompute", "sel")), (("lm_head", "all"), ("recompute", "off")), \
-        (("lm_head", "text"), ("recompute", "off"))
-    for batch, peak in ((20, 60.0), (40, 100.0)):  # 2 GiB a sample, one knob from lone
-        model.observe(near, batch, peak, oom=False)
-    for batch, peak in ((20, 30.0), (40, 40.0)):  # 0.5 GiB a sample, two knobs away
-        model.observe(far, batch, peak, oom=False)
+    lone = (("lm_head", "text"), ("optimizer", "a"), ("recompute", "off"))
+    across = (("lm_head", "text"), ("optimizer", "a"), ("recompute", "sel"))  # one knob apart: recompute
+    near = (("lm_head", "all"), ("optimizer", "a"), ("recompute", "off"))  # one knob apart
+    far = (("lm_head", "all"), ("optimizer", "b"), ("recompute", "off"))  # two knobs apart
+    for rest, per_sample in ((across, 0.5), (near, 2.0), (far, 1.0)):
+        for batch in (20, 40):
+            model.observe(rest, batch, 20.0 + per_sample * batch, oom=False)
     assert model.predict(lone, 44) is None  # nothing of it measured yet
     model.observe(lone, 44, 137.0, oom=False)
     assert model.predict(lone, 52) == pytest.approx(137.0 + 2.0 * 8)
     assert "predicts 153.0 GiB" in model.refuses(lone, 52)
     assert model.refuses(lone, 44) is None and model.refuses(lone, 40) is None  # it ran at 44
+    alone = MemoryModel(capacity_gib=140.0)
+    for batch in (20, 40):  # what a sample holds under another recompute says nothing of this one's
+        alone.observe(across, batch, 20.0 + 0.5 * batch, oom=False)
+    alone.observe(lone, 44, 137.0, oom=False)
+    assert alone.predict(lone, 52) is None and alone.refuses(lone, 52) is None
+
+
+@pytest.mark.parametrize("gpu, capacity, refused", [("NVIDIA H200", 139.8, [22, 23]),
+                                                    ("NVIDIA H100 80GB HBM3", 79.2, [])])
+def test_replayed_over_the_committed_wallx_tunes_the_memory_line_predicts_what_ran_and_refuses_what_did_not(
+        gpu, capacity, refused):
+    """The trials in order, as the study saw them: each prediction made for a trial that then ran is
+    within 4 GiB of its peak, and the trials it refuses are the ones that ran out of memory."""
+    from tests.conftest import ROOT
+
+    (run,) = [p.parent for p in (ROOT / "results" / "wallx-tune").glob("*/tune.json")
+              if read_result(p.parent)["gpu"] == gpu]
+    model, predicted, refusals = MemoryModel(capacity_gib=capacity), 0, []
+    for trial in read_result(run)["trials"]:
+        rest, batch, peak = rest_of(trial["knobs"]), trial["knobs"]["mbs"], trial["peak_mem_reserved_gib"]
+        if model.refuses(rest, batch):
+            refusals.append(trial["trial"])
+        estimate = model.predict(rest, batch)
+        if estimate is not None and trial["status"] == "ok":
+            predicted += 1
+            assert abs(estimate - peak) < 4.0, trial["trial"]
+        model.observe(rest, batch, peak, trial["status"] == "oom")
+    assert predicted >= 1 and refusals == refused
 
 
 def test_the_readmes_tune_figures_are_those_of_the_committed_wallx_tune():

@@ -166,11 +166,12 @@ def _memory_blocks(estimate: dict[str, Any]) -> list[Block]:
     return [Heading("Memory estimate", 4),
             Text(f"Before each trial, the line of peak reserved memory against the batch through the trials of the "
                  f"same configuration (or, with one of its batches measured, along the slope of the nearest "
-                 f"configuration's line) predicted its peak: {len(rows)} predictions, mean absolute error "
-                 f"{_num(mean)} GiB ({_num(100 * rel if isinstance(rel, (int, float)) else None)}%), largest "
-                 f"{_num(worst)} GiB. A batch the line puts over the card's memory is not run; the line is this "
-                 "version's, so a study begun under an older one may hold trials it would refuse now (an oom row "
-                 "with a prediction over the card)."),
+                 f"configuration's line of the same recompute) predicted its peak: {len(rows)} predictions, mean "
+                 f"absolute error {_num(mean)} GiB ({_num(100 * rel if isinstance(rel, (int, float)) else None)}%), "
+                 f"largest {_num(worst)} GiB. A batch the line puts over the card's memory is not run. The figures "
+                 "are the predictions made as the trials ran: a study begun under an older version of the line may "
+                 "hold predictions and refusals this version would not make, and trials it would refuse (an oom "
+                 "row with a prediction over the card)."),
             Table(table)]
 
 

@@ -1,16 +1,21 @@
 """The pre-flight memory estimate of a tune: for a fixed rest of the knobs, peak memory grows about
 linearly with the batch (weights, gradients and optimizer state once; activations per sample), so a
 line through the trials so far says whether a batch fits before a process is spent on it; a
-configuration with one batch measured borrows the slope of its nearest neighbour's line. An
-out-of-memory trial bounds its configuration from above: no larger batch of it fits either.
+configuration with one batch measured borrows the slope of its nearest neighbour's line, of the same
+recompute (``ACTIVATIONS``). An out-of-memory trial bounds its configuration from above: no larger
+batch of it fits either.
 Replayed over the H200 wallx-tune trials, the borrowed slope predicted 116.2 GiB for a trial that
-measured 119.6 and 135.2 for one of 137.2, and would have refused the two 52- and 64-sample trials
-that then ran out of memory."""
+measured 119.6, and would have refused the two 52- and 64-sample trials that then ran out of memory.
+On the H100 wallx-tune, a slope borrowed across recompute (selective's 1.44 GiB a sample for
+attention's 0.2) predicted 73.8 GiB for a trial that measured 54.5, and refused a batch that fit."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+
+#: the knob that decides what a sample's activations hold: no slope is borrowed across its values
+ACTIVATIONS = "recompute"
 
 
 @dataclass
@@ -52,8 +57,8 @@ class MemoryModel:
 
     def predict(self, rest: Hashable, batch: int) -> float | None:
         """Peak GiB at ``batch``: on the configuration's own line; with one batch of it measured, from
-        that batch along the slope of the nearest configuration that has a line (the fewest knobs
-        apart: the activations a sample costs change with few knobs); else None."""
+        that batch along the slope of the nearest configuration of the same recompute that has a
+        line (the fewest knobs apart: the activations a sample costs change with few knobs); else None."""
         own = self.peaks.get(rest, [])
         line = fit(own)
         if line is not None:
@@ -66,7 +71,7 @@ class MemoryModel:
 
     def _nearest_slope(self, rest: Hashable) -> float | None:
         lines = [(_apart(rest, other), fit(points).slope) for other, points in self.peaks.items()
-                 if other != rest and fit(points) is not None]
+                 if other != rest and _same_activations(rest, other) and fit(points) is not None]
         return min(lines, key=lambda x: x[0])[1] if lines else None
 
     def refuses(self, rest: Hashable, batch: int) -> str | None:
@@ -93,3 +98,11 @@ def _apart(a: Hashable, b: Hashable) -> int:
     if not (isinstance(a, tuple) and isinstance(b, tuple)):
         return 0 if a == b else 1
     return len(set(a) ^ set(b)) // 2
+
+
+def _same_activations(a: Hashable, b: Hashable) -> bool:
+    """Whether two configurations recompute alike (True where either does not say)."""
+    if not (isinstance(a, tuple) and isinstance(b, tuple)):
+        return True
+    mine, theirs = dict(a).get(ACTIVATIONS), dict(b).get(ACTIVATIONS)
+    return mine is None or theirs is None or mine == theirs

@@ -477,7 +477,8 @@ class Tuner(ConfirmStage):
         eta_trials = (budget - ran) * self._trial_seconds() if budget else math.inf
         eta = min(eta_trials, left if left is not None else math.inf)
         verdict = "feasible" if trial.feasible else f"infeasible ({trial.why})"
-        self._say(f"trial {ran}/{budget or '?'} {_knobs(trial.params)}: {describe(trial.record)} [{verdict}] | "
+        # the count of trials run, then the trial's own number (describe): trial 15 is the 16th
+        self._say(f"{ran}/{budget or '?'} trials: {_knobs(trial.params)}: {describe(trial.record)} [{verdict}] | "
                   f"best {_fmt(best.value) if best else '-'}{f' (trial {best.number})' if best else ''} | "
                   f"device {spent:.0f} s" + (f", {left:.0f} s left" if left is not None else "")
                   + (f" | ETA {eta / 60:.0f} min" if math.isfinite(eta) else ""))

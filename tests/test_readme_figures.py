@@ -1,4 +1,4 @@
-"""The H200 results' figures (docs/h200-results.md, moved there from the README) are the store's: each
+"""The results documents' figures (docs/h200-results.md, moved there from the README; docs/fp8.md) are the store's: each
 table row's step, samples/s/GPU, MFU and fidelity are what ``benchbay show`` derives from the committed
 records it names, and each sentence checked here quotes its records or report."""
 
@@ -161,3 +161,27 @@ def test_relative_links_resolve(doc):
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
         if "://" not in target:
             assert (path.parent / target).exists(), f"{doc}: {target}"
+
+
+def test_the_fp8_docs_wallx_table_is_its_records():
+    """docs/fp8.md's wallx-fp8 table: each row's converted linears, rate, step, MFU on both peaks and
+    both fidelities, with the compute fidelity's worst group, are its record's."""
+    text = (ROOT / "docs/fp8.md").read_text()
+    block = re.search(r"<!-- wallx-fp8-table -->\n(.*?)<!-- /wallx-fp8-table -->", text, re.S).group(1)
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in block.splitlines()[2:]]
+    summary = point_summary(load_runs([ROOT / "results/wallx-fp8/20261206-161749-7da1"]))
+    assert len(rows) == len(summary)
+    for label, converted, rate, step, mfu, update, compute in rows:
+        point = summary[summary["label"] == row_label([label])].iloc[0]
+        assert int(converted) == (0 if pd.isna(point["extra.float8_converted"]) else point["extra.float8_converted"])
+        assert rate == f"{point['samples_per_s_per_gpu']:.2f}" and step == f"{1000 * point['step_time_s']:.1f}"
+        assert mfu == f"{point['mfu']:.1%} / " + ("-" if pd.isna(point["mfu_fp8"]) else f"{point['mfu_fp8']:.1%}")
+        assert point["fidelity"].startswith(f"{update} (")
+        verdict, figures = compute.replace("*", "").split(" ", 1)
+        assert verdict == point["extra.compute_fidelity"]
+        cosine, *worst = figures.strip("()").split("; ")
+        assert cosine == f"{point['compute_gradient_cosine']:.4f}"
+        if worst:  # the group of the lowest cosine, as "backbone weights 0.9888[, error 0.149]"
+            name, figure = min(point["extra.compute_fidelity_groups"].items(), key=lambda g: g[1]["cosine"])
+            said = f"{name.replace('.', ' ')} {figure['cosine']:.4f}"
+            assert worst[0].split(",")[0] == said

@@ -376,7 +376,9 @@ def test_an_emitted_suite_is_checked_before_it_is_written(tmp_path):
     good = _planted_run(tmp_path / "results", "wallx", {"mbs": 44, "precision": "bf16_mixed"}, name="wx-tune")
     assert emit_suite(good, out) == out
     (point,) = load(out).expand()
-    assert point.workload == "wallx" and point.knobs["mbs"] == 44 and load(out).name == "wx-tuned"
+    assert point.workload == "wallx" and point.knobs["mbs"] == 44 and load(out).name == "out"  # its file's
+    odd = tmp_path / "my tuned.yaml"  # no suite name: the tuned suite's
+    assert load(emit_suite(good, odd)).name == "wx-tuned"
 
 
 def test_the_trials_take_the_params_of_this_cards_memory_class(tmp_path):

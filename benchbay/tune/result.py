@@ -65,9 +65,9 @@ def _get(node: Any, key: str) -> Any:
 
 
 def emit_suite(run: Path, path: str | Path, suite_raw: dict[str, Any] | None = None) -> Path:
-    """The tune's winner as a suite of one point, ``tuned``: the tuned suite's workload, fixed knobs,
-    steps, timeout and devices, its knobs those the tune found; checked before it is written (a
-    failed check writes nothing), then written whole.
+    """The tune's winner as a suite of one point, ``tuned``, named after ``path``: the tuned suite's
+    workload, fixed knobs, steps, timeout and devices, its knobs those the tune found; checked before
+    it is written (a failed check writes nothing), then written whole.
 
     ``suite_raw``: the tuned suite as read from the user's own file (``benchbay tune``). Without it
     the suite is the one the run's manifest stored, which is untrusted: its workload must then be a
@@ -84,7 +84,11 @@ def emit_suite(run: Path, path: str | Path, suite_raw: dict[str, Any] | None = N
     if not isinstance(fixed, dict):
         raise ValueError(f"{run}: its suite's knobs are {type(fixed).__name__}, not a mapping: no suite to emit")
     best = result["best"]
-    name = f"{str(raw.get('name', 'suite')).removesuffix('-tune')}-tuned"  # wallx-tune -> wallx-tuned
+    path = Path(path)
+    # named after its file, as every suite is (a second card's winner beside the first's: wallx-tuned-h100.yaml);
+    # a file whose name is no suite name: after the tuned suite, wallx-tune -> wallx-tuned
+    name = path.stem if store.SAFE_NAME.fullmatch(path.stem) else \
+        f"{str(raw.get('name', 'suite')).removesuffix('-tune')}-tuned"
     metric, value = (result.get("objective") or {}).get("metric"), best.get("objective")
     peak = (best.get("metrics") or {}).get(PEAK_MEM_RESERVED_GIB)
     figures = ", ".join(filter(None, [
@@ -101,7 +105,6 @@ def emit_suite(run: Path, path: str | Path, suite_raw: dict[str, Any] | None = N
              "sweep": {"points": [{"label": "tuned"}]},
              # a gate judges processes: a few of them
              "repeats": max(repeats if isinstance(repeats, int) and not isinstance(repeats, bool) else 1, 3)}
-    path = Path(path)
     # the run's path escaped: a line break in a folder's name would start a key of its own
     text = (f"# written by `benchbay tune --emit-suite` from {ascii(str(run))[1:-1]}\n"
             + yaml.safe_dump(suite, sort_keys=False, width=110))

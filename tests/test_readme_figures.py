@@ -1,6 +1,6 @@
-"""The results documents' figures (docs/h200-results.md, moved there from the README; docs/fp8.md) are the store's: each
-table row's step, samples/s/GPU, MFU and fidelity are what ``benchbay show`` derives from the committed
-records it names, and each sentence checked here quotes its records or report."""
+"""The results documents' figures (docs/h200-results.md, moved there from the README; docs/fp8.md) are
+the store's: each table row's step, samples/s/GPU, MFU and fidelity are what ``benchbay show`` derives
+from the committed records it names, and each sentence checked here quotes its records or report."""
 
 import re
 from pathlib import Path
@@ -45,8 +45,8 @@ def assert_figures(point: pd.Series, label: str, step: str, rate: str, mfu: str,
     assert fidelity == point["fidelity"], label
 
 
-def marked_rows(marker: str) -> list[list[str]]:
-    text = RESULTS_DOC.read_text()
+def marked_rows(marker: str, doc: Path = RESULTS_DOC) -> list[list[str]]:
+    text = doc.read_text()
     block = re.search(rf"<!-- {marker} -->\n(.*?)<!-- /{marker} -->", text, re.S).group(1)
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in block.splitlines()[2:]]
 
@@ -166,9 +166,7 @@ def test_relative_links_resolve(doc):
 def test_the_fp8_docs_wallx_table_is_its_records():
     """docs/fp8.md's wallx-fp8 table: each row's converted linears, rate, step, MFU on both peaks and
     both fidelities, with the compute fidelity's worst group, are its record's."""
-    text = (ROOT / "docs/fp8.md").read_text()
-    block = re.search(r"<!-- wallx-fp8-table -->\n(.*?)<!-- /wallx-fp8-table -->", text, re.S).group(1)
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in block.splitlines()[2:]]
+    rows = marked_rows("wallx-fp8-table", ROOT / "docs/fp8.md")
     summary = point_summary(load_runs([ROOT / "results/wallx-fp8/20261206-161749-7da1"]))
     assert len(rows) == len(summary)
     for label, converted, rate, step, mfu, update, compute in rows:

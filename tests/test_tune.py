@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ from benchbay.tune.memory import MemoryModel, fit
 from benchbay.tune.result import emit_suite, read_result
 from benchbay.tune.study import Tuner
 from benchbay.tune.trials import rest_of
-from tests.conftest import benchbay_cmd, write_suite
+from tests.conftest import ROOT, benchbay_cmd, write_suite
 from tests.fixtures import landscape
 from tests.fixtures.landscape import OPTIMUM
 
@@ -281,18 +282,21 @@ def test_a_configuration_with_one_batch_measured_borrows_the_slope_of_its_neares
     assert alone.predict(lone, 52) is None and alone.refuses(lone, 52) is None
 
 
+def committed_wallx_tune(gpu: str) -> Path:
+    """The one committed wallx-tune run on ``gpu``."""
+    (run,) = [p.parent for p in (ROOT / "results" / "wallx-tune").glob("*/tune.json")
+              if read_result(p.parent)["gpu"] == gpu]
+    return run
+
+
 @pytest.mark.parametrize("gpu, capacity, refused", [("NVIDIA H200", 139.8, [22, 23]),
                                                     ("NVIDIA H100 80GB HBM3", 79.2, [])])
 def test_replayed_over_the_committed_wallx_tunes_the_memory_line_predicts_what_ran_and_refuses_what_did_not(
         gpu, capacity, refused):
     """The trials in order, as the study saw them: each prediction made for a trial that then ran is
     within 4 GiB of its peak, and the trials it refuses are the ones that ran out of memory."""
-    from tests.conftest import ROOT
-
-    (run,) = [p.parent for p in (ROOT / "results" / "wallx-tune").glob("*/tune.json")
-              if read_result(p.parent)["gpu"] == gpu]
     model, predicted, refusals = MemoryModel(capacity_gib=capacity), 0, []
-    for trial in read_result(run)["trials"]:
+    for trial in read_result(committed_wallx_tune(gpu))["trials"]:
         rest, batch, peak = rest_of(trial["knobs"]), trial["knobs"]["mbs"], trial["peak_mem_reserved_gib"]
         if model.refuses(rest, batch):
             refusals.append(trial["trial"])
@@ -306,12 +310,7 @@ def test_replayed_over_the_committed_wallx_tunes_the_memory_line_predicts_what_r
 
 def test_the_readmes_tune_figures_are_those_of_the_committed_wallx_tune():
     """README: "found 65.34 samples/s/GPU (faithful, 3 processes; trial 20 of 24 at 876 device-seconds)"."""
-    from tests.conftest import ROOT
-
-    # "On one H200": the H100 run of the suite (unfinished) is the guide's
-    (run,) = [p.parent for p in (ROOT / "results" / "wallx-tune").glob("*/tune.json")
-              if read_result(p.parent)["gpu"] == "NVIDIA H200"]
-    result = read_result(run)
+    result = read_result(committed_wallx_tune("NVIDIA H200"))  # "On one H200": the H100 run is the guide's
     best = result["best"]
     spent = sum(t["device_s"] for t in result["trials"] if t["trial"] <= best["trial"])
     said = (f"found {best['objective']:.2f} samples/s/GPU ({best['metrics']['fidelity']}, {best['runs']} processes; "

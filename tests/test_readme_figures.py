@@ -163,11 +163,17 @@ def test_relative_links_resolve(doc):
             assert (path.parent / target).exists(), f"{doc}: {target}"
 
 
-def test_the_fp8_docs_wallx_table_is_its_records():
-    """docs/fp8.md's wallx-fp8 table: each row's converted linears, rate, step, MFU on both peaks and
-    both fidelities, with the compute fidelity's worst group, are its record's."""
-    rows = marked_rows("wallx-fp8-table", ROOT / "docs/fp8.md")
-    summary = point_summary(load_runs([ROOT / "results/wallx-fp8/20261206-161749-7da1"]))
+FP8_DOCS = ROOT / "docs/fp8.md"
+DREAMZERO_FP8_RUNS = ("results/dreamzero-5b-fp8/20261206-183244-c773", "results/dreamzero-5b-fp8/20261206-184047-536a")
+
+
+@pytest.mark.parametrize("suite, run", [("wallx-fp8", "results/wallx-fp8/20261206-161749-7da1"),
+                                        ("dreamzero-5b-fp8", DREAMZERO_FP8_RUNS[0])])
+def test_the_fp8_docs_tables_are_their_records(suite, run):
+    """docs/fp8.md's table of each FP8 suite: each row's converted linears, rate, step, MFU on both
+    peaks and both fidelities, with the compute fidelity's worst group, are its record's."""
+    rows = marked_rows(f"{suite}-table", FP8_DOCS)
+    summary = point_summary(load_runs([ROOT / run]))
     assert len(rows) == len(summary)
     for label, converted, rate, step, mfu, update, compute in rows:
         point = summary[summary["label"] == row_label([label])].iloc[0]
@@ -183,3 +189,18 @@ def test_the_fp8_docs_wallx_table_is_its_records():
             name, figure = min(point["extra.compute_fidelity_groups"].items(), key=lambda g: g[1]["cosine"])
             said = f"{name.replace('.', ' ')} {figure['cosine']:.4f}"
             assert worst[0].split(",")[0] == said
+
+
+def test_the_fp8_docs_dreamzero_gains_and_second_process_are_the_records():
+    """The gains over bf16@16 the text gives, and the second process's rates of three points."""
+    first, second = (point_summary(load_runs([ROOT / run])).set_index("label")["samples_per_s_per_gpu"]
+                     for run in DREAMZERO_FP8_RUNS)
+    text = " ".join(FP8_DOCS.read_text().split())
+    gains = {label: f"{first[label] / first['bf16@16'] - 1:.1%}"
+             for label in ("tensorwise@16", "gw_hp@16", "rowwise@16")}
+    assert (f"tensorwise runs {gains['tensorwise@16']} more samples a second than bf16, rowwise_with_gw_hp "
+            f"{gains['gw_hp@16']}, rowwise {gains['rowwise@16']}.") in text
+    repeat = re.search(r"<!-- dreamzero-5b-fp8-repeat -->(.*?)<!-- /dreamzero-5b-fp8-repeat -->", text).group(1)
+    labels = ["bf16@16", "tensorwise@16", "gw_hp@16"]
+    assert repeat == ", ".join(f"{second[label]:.2f}" for label in labels[:2]) + f" and {second[labels[2]]:.2f}"
+    assert max(abs(second[label] / first[label] - 1) for label in labels) < 0.0015  # "within 0.15%"

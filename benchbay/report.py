@@ -100,7 +100,7 @@ def _formatter(column: str) -> Callable[[Any], str]:
 DISPLAY_NAMES = {
     rec.STEP_TIME_S: "step (s)", rec.STEP_TIME_P10_S: "p10 (s)", rec.STEP_TIME_P90_S: "p90 (s)",
     rec.SAMPLES_PER_S_PER_GPU: "samples/s/GPU", rec.PEAK_MEM_ALLOCATED_GIB: "peak alloc (GiB)",
-    rec.PEAK_MEM_RESERVED_GIB: "peak reserved (GiB)", rec.MFU: "MFU (trained, measured peak)",
+    rec.PEAK_MEM_RESERVED_GIB: "peak reserved (GiB)", rec.MFU: "MFU (trained)",
     "mfu_datasheet": "MFU (trained, datasheet peak)", "mfu_fp8": "MFU (trained, FP8 peak)",
     "warmup_detected": "warm-up steps (detected)",
     rec.FIRST_STEP_S: "first step (s)", "eager_step_time_s": "eager step (s)", "overhead_s": "overhead (s)",

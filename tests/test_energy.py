@@ -264,6 +264,9 @@ def test_an_fp8_points_mfu_is_also_stated_over_the_fp8_peak_and_labelled():
     from benchbay.report import DISPLAY_NAMES
 
     assert DISPLAY_NAMES["mfu_fp8"] == "MFU (trained, FP8 peak)"
+    # the bf16 MFU's title names no kind of peak (a sustained one on an H200, the datasheet's on an H100):
+    # the column beside it says which
+    assert DISPLAY_NAMES["mfu"] == "MFU (trained)" and DISPLAY_NAMES["mfu_peak"] == "MFU's peak"
     from benchbay.analysis.mfu import fp8_peak_sources
 
     sources = fp8_peak_sources(summary)  # the report's footnote under that column: each card's FP8 peak

@@ -200,6 +200,10 @@ def test_the_fp8_docs_dreamzero_gains_and_second_process_are_the_records():
              for label in ("tensorwise@16", "gw_hp@16", "rowwise@16")}
     assert (f"tensorwise runs {gains['tensorwise@16']} more samples a second than bf16, rowwise_with_gw_hp "
             f"{gains['gw_hp@16']}, rowwise {gains['rowwise@16']}.") in text
+    selective, best = first["selective-tensorwise@8"], first["tensorwise@16"]
+    assert (f"Selective recompute at mbs 8 gains {selective / first['selective-bf16@8'] - 1:.1%} with tensorwise"
+            in text)
+    assert f"Its best, {selective:.2f}, is {1 - selective / best:.1%} under tensorwise@16's {best:.2f}." in text
     repeat = re.search(r"<!-- dreamzero-5b-fp8-repeat -->(.*?)<!-- /dreamzero-5b-fp8-repeat -->", text).group(1)
     labels = ["bf16@16", "tensorwise@16", "gw_hp@16"]
     assert repeat == ", ".join(f"{second[label]:.2f}" for label in labels[:2]) + f" and {second[labels[2]]:.2f}"

@@ -15,13 +15,23 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DOC = ROOT / "docs/h200-results.md"  # the H200 figures, linked from the README
 
 
+def marked(marker: str, doc: Path = RESULTS_DOC) -> str:
+    """What a document holds between ``<!-- marker -->`` and ``<!-- /marker -->``."""
+    return re.search(rf"<!-- {marker} -->(.*?)<!-- /{marker} -->", doc.read_text(), re.S).group(1)
+
+
+def marked_lines(marker: str, doc: Path = RESULTS_DOC) -> list[str]:
+    """The lines of a marked block, which begins on the line after its marker."""
+    block = marked(marker, doc)
+    assert block.startswith("\n"), f"{doc}: <!-- {marker} --> is not a block of lines"
+    return block.splitlines()[1:]
+
+
 def table_rows() -> list[list[str]]:
     """The rows of the results document's tables of tuned points at update fidelity (5B and Wall-X; 14B)."""
-    text = RESULTS_DOC.read_text()
     rows = []
     for marker in ("fidelity-table", "fidelity-14b-table"):
-        block = re.search(rf"<!-- {marker} -->\n(.*?)<!-- /{marker} -->", text, re.S).group(1)
-        lines = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| point")]
+        lines = [line for line in marked_lines(marker) if line.startswith("| ") and not line.startswith("| point")]
         rows += [[cell.strip().strip("*`") for cell in line.strip("|").split("|")] for line in lines]
     return rows
 
@@ -46,9 +56,7 @@ def assert_figures(point: pd.Series, label: str, step: str, rate: str, mfu: str,
 
 
 def marked_rows(marker: str, doc: Path = RESULTS_DOC) -> list[list[str]]:
-    text = doc.read_text()
-    block = re.search(rf"<!-- {marker} -->\n(.*?)<!-- /{marker} -->", text, re.S).group(1)
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in block.splitlines()[2:]]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in marked_lines(marker, doc)[2:]]
 
 
 def report_points(*suites: str) -> pd.DataFrame:
@@ -204,7 +212,7 @@ def test_the_fp8_docs_dreamzero_gains_and_second_process_are_the_records():
     assert (f"Selective recompute at mbs 8 gains {selective / first['selective-bf16@8'] - 1:.1%} with tensorwise"
             in text)
     assert f"Its best, {selective:.2f}, is {1 - selective / best:.1%} under tensorwise@16's {best:.2f}." in text
-    repeat = re.search(r"<!-- dreamzero-5b-fp8-repeat -->(.*?)<!-- /dreamzero-5b-fp8-repeat -->", text).group(1)
+    repeat = " ".join(marked("dreamzero-5b-fp8-repeat", FP8_DOCS).split())
     labels = ["bf16@16", "tensorwise@16", "gw_hp@16"]
     assert repeat == ", ".join(f"{second[label]:.2f}" for label in labels[:2]) + f" and {second[labels[2]]:.2f}"
     assert max(abs(second[label] / first[label] - 1) for label in labels) < 0.0015  # "within 0.15%"

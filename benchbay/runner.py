@@ -32,6 +32,7 @@ from benchbay.interrupts import raise_if_swallowed, signals_interrupt
 from benchbay.knobs import rules
 from benchbay.launch.base import Launch, Launcher, Outcome, PointSpec
 from benchbay.launch.local import LocalLauncher
+from benchbay.launch.process import PointInterrupted
 from benchbay.progress import SweepProgress, describe, describe_warm_up, warn_once
 from benchbay.record import (
     BUILD_S,
@@ -140,6 +141,7 @@ class SuiteRunner:
         self.run = self._pick_run(resume)
         self.stored: dict[tuple[str, int], Record] = {}  # read once the run is locked
         self.scratch: Path | None = None  # the launcher's folder for the points' files, while run_all runs
+        self.stopped: str | None = None  # where the point that a Ctrl-C or SIGTERM stopped stood
 
     def _pick_run(self, resume: str | bool) -> Path:
         if resume:
@@ -175,6 +177,9 @@ class SuiteRunner:
             spec = self.spec(point, repeat, stop_below)
             try:
                 outcome = self.launcher.run(spec, self.scratch / f"{point.point_id}-{repeat}")
+            except PointInterrupted as stop:
+                self.stopped = self._keep_stopped(point, repeat, stop, time.perf_counter() - t0)
+                raise
             except OSError as exc:  # its spec or log not written (a full disk): resumable, as a record is
                 raise Unwritable(f"{self.scratch}: {exc}") from exc
         env = outcome.env or self.env  # a Slurm job's node, not the submitting host
@@ -198,6 +203,18 @@ class SuiteRunner:
             except OSError as exc:  # the record is absent, not cut: the point runs again on resume
                 raise Unwritable(f"{self.run / store.RECORDS}: {exc}") from exc
         return record
+
+    def _keep_stopped(self, point: Point, repeat: int, stop: PointInterrupted, seconds: float) -> str:
+        """The line that says where a stopped point stood; the end of its log kept in the run folder
+        (its scratch folder goes): a point that never ends within a call's time limit says why."""
+        path = store.stopped_log(self.run, point.point_id, repeat)
+        try:
+            store.write_atomic(path, stop.log.encode(), root=self.run)
+            kept = f"; the end of its log, its stacks in it: {path}"
+        except (OSError, ValueError):  # a full disk, a planted link: the line still says where it stood
+            kept = ""
+        where = f", {stop.where}" if stop.where else ""
+        return f"{point.label or point.point_id} was stopped after {seconds:.0f} s{where}{kept}"
 
     def warm_up_process(self, point: Point) -> Outcome:
         """One process of ``point`` (not profiled, its steps cut to ``WARM_UP_MEASURED``) whose
@@ -335,6 +352,8 @@ class SuiteRunner:
                     summary.interrupted = True
                     progress.note(f"interrupted: records so far are kept in {self.run}; "
                                   f"continue with --resume {self.run.name}")
+                    if self.stopped:
+                        progress.note(self.stopped)
                 except Unwritable as exc:
                     summary.unwritable = str(exc)
                     progress.note(f"the sweep stopped: cannot write {exc}; records so far are kept in {self.run}; "

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # a frame only where results are read: the worker and the sui
 #   tune.json       a tune's study (benchbay.tune.result)
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"
-PROFILES, MEMORY = "profiles", "memory"
+PROFILES, MEMORY, STOPPED = "profiles", "memory", "stopped"
 #: the manifest's layout version, stamped on each one written (none: written before versions, the same keys)
 MANIFEST_SCHEMA = 1
 #: the results root's folder of baselines (``<root>/baselines/<machine-key>/<name>/``): no suite's name
@@ -138,6 +138,11 @@ def write_manifest(run: Path, manifest: dict[str, Any]) -> None:
 def profile_dir(run: Path, point_id: str, repeat: int) -> Path:
     """Where a profiled point's traces go."""
     return Path(run) / PROFILES / f"{point_id}-{repeat}"
+
+
+def stopped_log(run: Path, point_id: str, repeat: int) -> Path:
+    """Where the end of the log of a point stopped by a Ctrl-C or a call's time limit goes."""
+    return Path(run) / STOPPED / f"{point_id}-{repeat}.log"
 
 
 def memory_dir(run: Path) -> Path:

@@ -196,6 +196,37 @@ def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env
         [json.dumps(r, sort_keys=True) for r in kept]
 
 
+@pytest.mark.slow
+def test_a_point_stopped_by_a_ctrl_c_says_where_it_stood_and_keeps_its_log(tmp_path, in_repo, cli_env):
+    # a point that never ends within a call's time limit: the call's SIGINT must still say why
+    suite = write_suite(tmp_path / "stuck.yaml", f"""
+name: stuck
+workload: {{name: "{TINY}"}}
+knobs: {{precision: fp32}}
+sweep: {{points: [{{label: stuck, fault: hang}}]}}
+steps: {{warmup: 1, measure: 2}}
+timeout: 600
+""")
+    results, scratch = tmp_path / "results", tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.Popen(benchbay_cmd("run", str(suite), "--results", str(results), "--no-report", "--no-warm-up"),
+                            env={**cli_env, "TMPDIR": str(scratch)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=_default_sigint)
+    deadline = time.time() + 120
+    while not any("phase: first step" in p.read_text() for p in scratch.glob("benchbay-*/*/worker.log")):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1.0)  # into the hang
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    (run,) = results.glob("stuck/*")
+    assert store.read_records(run) == []  # not a result: resumable
+    (log,) = (run / store.STOPPED).glob("*.log")
+    assert "stuck was stopped after" in out and "in phase 'first step" in out and str(log) in out
+    assert "tinywork.py" in log.read_text() and "in loss" in log.read_text()  # its stacks, asked for first
+
+
 def test_batch_search_finds_the_memory_boundary_in_few_probes(tmp_path, in_repo, in_process):
     path = write_suite(tmp_path / "search.yaml", f"""
 name: search

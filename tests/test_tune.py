@@ -156,7 +156,9 @@ def test_a_killed_tune_resumes_from_its_records(tmp_path, in_repo, cli_env, caps
     before = len(store.typed_records(run))
     # the resume in this process (the CLI's --resume reaches the Tuner: the bad-input test below)
     done = tuner(tmp_path, text, resume=True).run_study()
-    assert done.run == run and f"resumed {run.name}: {before} trials" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert done.run == run and f"resumed {run.name}: {before} trials" in err
+    assert f"trial {before} starts: " in err  # said before a trial's minutes, not only after
     trials = [r for r in store.typed_records(run) if CONFIRMS not in r.extra]
     assert sum(r.status != Status.SKIPPED for r in trials) == 4
     assert len({r.point_id for r in trials}) == len(trials)

@@ -5,8 +5,10 @@ those imports rather than after them, and the point costs about the command's st
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -39,6 +41,8 @@ def started_command(spec: PointSpec) -> Command | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = argv or sys.argv[1:]
+    # a point stopped by a Ctrl-C or a call's time limit is asked for its stacks first (process.STACKS_SIGNAL)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     command = started_command(PointSpec.from_json(json.loads(Path(argv[0]).read_text())))
     from benchbay.launch import worker  # torch, while the command starts
 

@@ -35,6 +35,22 @@ from benchbay.record import (
 from benchbay.workloads.command import POINT_DIR_ENV
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+#: what a point's workers write their threads' stacks into their log on (faulthandler, benchbay.launch.entry)
+STACKS_SIGNAL = signal.SIGUSR1
+#: how long a stopped point's workers get to write them
+STACKS_WAIT_S = 1.0
+#: the end of a stopped point's log that is kept
+KEPT_LOG_CHARS = 20_000
+
+
+class PointInterrupted(KeyboardInterrupt):
+    """A Ctrl-C or SIGTERM (a call's time limit) while a point ran: the end of its log, its stacks
+    in it, and where it stood (its phase, its innermost frames), so that a point that never ends
+    within a call says why."""
+
+    def __init__(self, log: str, where: str):
+        super().__init__()
+        self.log, self.where = log, where
 
 
 def point_env(knobs: dict[str, Any]) -> dict[str, str]:
@@ -94,7 +110,7 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     env[POINT_MARK] = mark = secrets.token_hex(8)
     env[POINT_DIR_ENV] = str(workdir.resolve())
-    timed_out, state = False, ""
+    timed_out, state, interrupted = False, "", False
     adopt_orphans()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command(spec_path, result_path, launch), stdout=log, stderr=subprocess.STDOUT,
@@ -105,13 +121,28 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
             proc.wait(timeout=spec.timeout)
         except subprocess.TimeoutExpired:
             timed_out, state = True, tree_state(proc.pid)
+        except KeyboardInterrupt:
+            interrupted = True
+            _ask_for_stacks(proc, launch)
         finally:  # also after a clean exit: nothing the point started outlives it
             _kill(proc, mark, started)
-    results = [WorkerResult.from_json(json.loads(p.read_text())) for p in sorted(workdir.glob("result*.json"))]
     log = log_path.read_text(errors="replace")
+    if interrupted:
+        raise PointInterrupted(log[-KEPT_LOG_CHARS:], stall_summary(log))
+    results = [WorkerResult.from_json(json.loads(p.read_text())) for p in sorted(workdir.glob("result*.json"))]
     # a hang: the phase it was in, where it stood (wherever they are in the log), what its processes did
     stall = "; ".join(filter(None, [stall_summary(log), state])) if timed_out else ""
     return Finished(results, proc.returncode, timed_out, log[-3000:], stall)
+
+
+def _ask_for_stacks(proc: subprocess.Popen, launch: Launch) -> None:
+    """Have the point's workers (not torchrun, which the signal would end) write their stacks into the log."""
+    with contextlib.suppress(psutil.Error):
+        first = psutil.Process(proc.pid)
+        workers = [first] if launch.launcher == "direct" else first.children()
+        for worker in workers:
+            worker.send_signal(STACKS_SIGNAL)
+        time.sleep(STACKS_WAIT_S)
 
 
 def tree_state(pid: int) -> str:

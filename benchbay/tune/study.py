@@ -37,6 +37,7 @@ from rich.console import Console
 from benchbay import store
 from benchbay.analysis.cost import cost_per_million_samples
 from benchbay.analysis.update_fidelity import verdict
+from benchbay.collect.env import fingerprint
 from benchbay.interrupts import signals_interrupt
 from benchbay.launch.worker import EARLY_STEPS
 from benchbay.progress import describe
@@ -106,8 +107,6 @@ class Tuner(ConfirmStage):
         self.root = Path(results_root)
         self.console = console or Console(stderr=True)
         if resume is True:  # the latest tune of this suite on this machine
-            from benchbay.collect.env import fingerprint
-
             resume = latest_tune(self.root, self.suite.name, fingerprint()["machine_key"])
         self.runner = SuiteRunner(self.suite, results_root, self.console, resume=resume, launcher=launcher,
                                   peak_flops=peak_flops)
@@ -228,6 +227,8 @@ class Tuner(ConfirmStage):
                     summary.interrupted = True
                     self._say(f"interrupted: trials so far are kept in {self.run}; continue with "
                               f"`benchbay tune {self.suite.path} --resume {self.run.name}`")
+                    if self.runner.stopped:  # the trial in progress: where it stood
+                        self._say(self.runner.stopped)
                 except Unwritable as exc:
                     summary.unwritable = str(exc)
                     self._say(f"the tune stopped: cannot write {exc}; free space, then continue with --resume "
@@ -349,6 +350,7 @@ class Tuner(ConfirmStage):
                     study.enqueue_trial(neighbour)
                 continue
             idle = 0
+            self._say(f"trial {point.index} starts: {_knobs(params)}")  # a trial can take minutes
             record = self.runner.measure(point, 0, extra={TRIAL: point.index}, stop_below=self._stop_below())
             trial = self._trial(point.index, params, record)
             self.trials.append(trial)
@@ -474,8 +476,7 @@ class Tuner(ConfirmStage):
         best = self.best()
         spent = self.device_seconds()
         left = self.tune.device_seconds - spent if self.tune.device_seconds else None
-        eta_trials = (budget - ran) * self._trial_seconds() if budget else math.inf
-        eta = min(eta_trials, left if left is not None else math.inf)
+        eta = min((budget - ran) * self._trial_seconds() if budget else math.inf, math.inf if left is None else left)
         verdict = "feasible" if trial.feasible else f"infeasible ({trial.why})"
         # the count of trials run, then the trial's own number (describe): trial 15 is the 16th
         self._say(f"{ran}/{budget or '?'} trials: {_knobs(trial.params)}: {describe(trial.record)} [{verdict}] | "

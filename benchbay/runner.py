@@ -178,7 +178,7 @@ class SuiteRunner:
             try:
                 outcome = self.launcher.run(spec, self.scratch / f"{point.point_id}-{repeat}")
             except PointInterrupted as stop:
-                self.stopped = self._keep_stopped(point, repeat, stop, time.perf_counter() - t0)
+                self.stopped = self._keep_stopped(point, f"{point.point_id}-{repeat}", stop, time.perf_counter() - t0)
                 raise
             except OSError as exc:  # its spec or log not written (a full disk): resumable, as a record is
                 raise Unwritable(f"{self.scratch}: {exc}") from exc
@@ -204,10 +204,10 @@ class SuiteRunner:
                 raise Unwritable(f"{self.run / store.RECORDS}: {exc}") from exc
         return record
 
-    def _keep_stopped(self, point: Point, repeat: int, stop: PointInterrupted, seconds: float) -> str:
+    def _keep_stopped(self, point: Point, name: str, stop: PointInterrupted, seconds: float) -> str:
         """The line that says where a stopped point stood; the end of its log kept in the run folder
-        (its scratch folder goes): a point that never ends within a call's time limit says why."""
-        path = store.stopped_log(self.run, point.point_id, repeat)
+        as ``name`` (its scratch folder goes): a point that never ends within a call's time limit says why."""
+        path = store.stopped_log(self.run, name)
         try:
             store.write_atomic(path, stop.log.encode(), root=self.run)
             kept = f"; the end of its log, its stacks in it: {path}"
@@ -223,7 +223,13 @@ class SuiteRunner:
         first point's compile time a figure."""
         steps = Steps(warmup=self.suite.steps.warmup, measure=min(self.suite.steps.measure, WARM_UP_MEASURED))
         spec = replace(self.spec(point), steps=steps, profile=False, stop_below=None, compile_cache_dir=None)
-        return self.launcher.run(spec, self.scratch / "warm-up")
+        t0 = time.perf_counter()
+        try:
+            return self.launcher.run(spec, self.scratch / "warm-up")
+        except PointInterrupted as stop:
+            self.stopped = "the warm-up process of " + self._keep_stopped(
+                point, f"{point.point_id}-warm-up", stop, time.perf_counter() - t0)
+            raise
 
     # ---- the sweep ------------------------------------------------------------------------------
     def tasks(self, labels: list[str] | None | bool = True) -> list[tuple[Point, int]]:

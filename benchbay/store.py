@@ -140,9 +140,10 @@ def profile_dir(run: Path, point_id: str, repeat: int) -> Path:
     return Path(run) / PROFILES / f"{point_id}-{repeat}"
 
 
-def stopped_log(run: Path, point_id: str, repeat: int) -> Path:
-    """Where the end of the log of a point stopped by a Ctrl-C or a call's time limit goes."""
-    return Path(run) / STOPPED / f"{point_id}-{repeat}.log"
+def stopped_log(run: Path, name: str) -> Path:
+    """Where the end of the log of a point stopped by a Ctrl-C or a call's time limit goes
+    (``name``: its point id and repeat, or warm-up)."""
+    return Path(run) / STOPPED / f"{name}.log"
 
 
 def memory_dir(run: Path) -> Path:

@@ -197,7 +197,8 @@ def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env
 
 
 @pytest.mark.slow
-def test_a_point_stopped_by_a_ctrl_c_says_where_it_stood_and_keeps_its_log(tmp_path, in_repo, cli_env):
+@pytest.mark.parametrize("warm_up", [False, True])
+def test_a_point_stopped_by_a_ctrl_c_says_where_it_stood_and_keeps_its_log(tmp_path, in_repo, cli_env, warm_up):
     # a point that never ends within a call's time limit: the call's SIGINT must still say why
     suite = write_suite(tmp_path / "stuck.yaml", f"""
 name: stuck
@@ -209,7 +210,8 @@ timeout: 600
 """)
     results, scratch = tmp_path / "results", tmp_path / "tmp"
     scratch.mkdir()
-    proc = subprocess.Popen(benchbay_cmd("run", str(suite), "--results", str(results), "--no-report", "--no-warm-up"),
+    flags = () if warm_up else ("--no-warm-up",)  # the hang in the run's warm-up process, or in its point
+    proc = subprocess.Popen(benchbay_cmd("run", str(suite), "--results", str(results), "--no-report", *flags),
                             env={**cli_env, "TMPDIR": str(scratch)}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=_default_sigint)
     deadline = time.time() + 120
@@ -223,7 +225,8 @@ timeout: 600
     (run,) = results.glob("stuck/*")
     assert store.read_records(run) == []  # not a result: resumable
     (log,) = (run / store.STOPPED).glob("*.log")
-    assert "stuck was stopped after" in out and "in phase 'first step" in out and str(log) in out
+    assert ("the warm-up process of " if warm_up else "") + "stuck was stopped after" in out
+    assert "in phase 'first step" in out and str(log) in out and log.name.endswith("-warm-up.log") == warm_up
     assert "tinywork.py" in log.read_text() and "in loss" in log.read_text()  # its stacks, asked for first
 
 

@@ -227,6 +227,7 @@ timeout: 600
     (log,) = (run / store.STOPPED).glob("*.log")
     assert ("the warm-up process of " if warm_up else "") + "stuck was stopped after" in out
     assert "in phase 'first step" in out and str(log) in out and log.name.endswith("-warm-up.log") == warm_up
+    assert "processes: python" in out and "sleeping" in out  # what its processes did, as the OS saw it
     assert "tinywork.py" in log.read_text() and "in loss" in log.read_text()  # its stacks, asked for first
 
 

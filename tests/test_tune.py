@@ -140,6 +140,15 @@ def test_the_suites_start_configurations_run_first_and_a_resume_runs_those_added
 
 
 @pytest.mark.slow
+def test_an_excluded_combination_is_never_run_and_says_why(tmp_path, in_repo):
+    """A tune suite's sweep.exclude keeps a combination out of its trials, each refusal with its rule."""
+    text = LANDSCAPE.replace("trials: 24", "trials: 6") + "sweep:\n  exclude: [{speed: fastest}]\n"
+    result = tuner(tmp_path, text).run_study().result
+    assert result["trials"] and all(t["knobs"]["speed"] != "fastest" for t in result["trials"])
+    refused = [r for r in result["refused"] if r["knobs"]["speed"] == "fastest"]
+    assert refused and all(r["why"].startswith("excluded by sweep.exclude[0]") for r in refused)
+
+
 def test_a_killed_tune_resumes_from_its_records(tmp_path, in_repo, cli_env, capsys):
     text = LANDSCAPE.replace("trials: 24", "trials: 4")
     suite = write_suite(tmp_path / "suite.yaml", text)

@@ -122,13 +122,13 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
         except subprocess.TimeoutExpired:
             timed_out, state = True, tree_state(proc.pid)
         except KeyboardInterrupt:
-            interrupted = True
+            interrupted, state = True, tree_state(proc.pid)
             _ask_for_stacks(proc, launch)
         finally:  # also after a clean exit: nothing the point started outlives it
             _kill(proc, mark, started)
     log = log_path.read_text(errors="replace")
-    if interrupted:
-        raise PointInterrupted(log[-KEPT_LOG_CHARS:], stall_summary(log))
+    if interrupted:  # where it stood, as a hang says it (below)
+        raise PointInterrupted(log[-KEPT_LOG_CHARS:], "; ".join(filter(None, [stall_summary(log), state])))
     results = [WorkerResult.from_json(json.loads(p.read_text())) for p in sorted(workdir.glob("result*.json"))]
     # a hang: the phase it was in, where it stood (wherever they are in the log), what its processes did
     stall = "; ".join(filter(None, [stall_summary(log), state])) if timed_out else ""

@@ -20,7 +20,7 @@ from benchbay.tune.confirm import CONFIRMS, TRIAL
 from benchbay.tune.memory import MemoryModel, fit
 from benchbay.tune.result import emit_suite, read_result
 from benchbay.tune.study import Tuner
-from benchbay.tune.trials import rest_of
+from benchbay.tune.trials import lost_update, rest_of
 from tests.conftest import ROOT, benchbay_cmd, write_suite
 from tests.fixtures import landscape
 from tests.fixtures.landscape import OPTIMUM
@@ -147,6 +147,36 @@ def test_an_excluded_combination_is_never_run_and_says_why(tmp_path, in_repo):
     assert result["trials"] and all(t["knobs"]["speed"] != "fastest" for t in result["trials"])
     refused = [r for r in result["refused"] if r["knobs"]["speed"] == "fastest"]
     assert refused and all(r["why"].startswith("excluded by sweep.exclude[0]") for r in refused)
+
+
+def test_a_trial_a_call_stopped_unfinished_is_not_started_again_in_a_call_too_short_for_it(tmp_path, in_repo):
+    """A call's limit (a Ctrl-C) stops a trial: the manifest keeps its knobs and how long it ran, and a
+    resumed call whose time budget is under 1.5 times that refuses it, with why, rather than start it first again."""
+    from tests.conftest import InProcessLauncher
+
+    class StopsTheSecondTrial(InProcessLauncher):
+        def run(self, spec, workdir):
+            if spec.knobs.get("speed") == "slow":
+                raise KeyboardInterrupt
+            return super().run(spec, workdir)
+
+    text = LANDSCAPE.replace("trials: 24", "trials: 6").replace("  confirm:", "  start: [{mbs: 4, speed: fast, "
+                                                                "precision: bf16_mixed}, {mbs: 4, speed: slow, "
+                                                                "precision: bf16_mixed}]\n  confirm:")
+    suite = load(write_suite(tmp_path / "suite.yaml", text))
+    first = Tuner(suite, tmp_path / "results", launcher=StopsTheSecondTrial()).run_study()
+    assert first.interrupted and len(first.result["trials"]) == 1
+    (stopped,) = store.read_manifest(first.run)["stopped_trials"]
+    assert stopped["knobs"] == {"mbs": 4, "speed": "slow", "precision": "bf16_mixed"} and stopped["seconds"] >= 0
+    # as if it had run 600 s: a call of 500 s refuses it; one of 900 s would start it again
+    manifest = store.read_manifest(first.run)
+    manifest["stopped_trials"][0]["seconds"] = 600.0
+    store.write_manifest(first.run, manifest)
+    again = tuner(tmp_path, text, resume=True, time_budget_s=500).run_study().result
+    assert all(t["knobs"] != stopped["knobs"] for t in again["trials"])
+    assert any(r["knobs"] == stopped["knobs"] and r["why"].startswith("a call stopped it unfinished after 600 s")
+               for r in again["refused"])
+    assert store.read_manifest(first.run)["stopped_trials"][0]["seconds"] == 600.0  # kept for the calls after
 
 
 def test_a_killed_tune_resumes_from_its_records(tmp_path, in_repo, cli_env, capsys):
@@ -448,14 +478,14 @@ def test_a_lost_update_prunes_its_precision_optimizer_and_offload_only(tmp_path)
                                               "update_applied_share_se": 0.001}, extra={"fidelity": "lossy"}),
                   precision="bf16")
     t.trials.append(t._trial(0, params, lossy))
-    assert "offload=none lost the update in trial 0" in t._lost_update(lossy.knobs)
+    assert "offload=none lost the update in trial 0" in lost_update(t.trials, lossy.knobs)
     # the CPU optimizer steps fp32 masters of the bf16 weights: another update
-    assert t._lost_update({**lossy.knobs, "offload": "optimizer"}) is None
+    assert lost_update(t.trials, {**lossy.knobs, "offload": "optimizer"}) is None
     # lossy for tensors its recompute left without gradients, its share whole: not these knobs' loss
     t.trials[0] = t._trial(0, params, dataclasses.replace(
         lossy, metrics={**lossy.metrics, "update_applied_share": 1.0},
         extra={"fidelity": "lossy", "fidelity_untrained": "1 trainable tensors ..."}))
-    assert not t.trials[0].feasible and t._lost_update(lossy.knobs) is None
+    assert not t.trials[0].feasible and lost_update(t.trials, lossy.knobs) is None
 
 
 def test_early_stop_applies_only_to_an_objective_that_rewards_samples_per_second():
@@ -503,6 +533,16 @@ MALFORMED = {  # a manifest's field of the wrong type: what --resume and --resum
     "suite_as_run": ({"suite_as_run": ["x"]}, None, "its manifest's suite_as_run is a list, not a mapping"),
     "tune": ({"tune": "x"}, "no tune of suite 'landscape' on this machine", "not a tune of suite 'landscape'"),
 }
+
+
+def test_a_manifests_malformed_stopped_trials_are_passed_over():
+    from benchbay.tune.resume import stopped_trials
+
+    good = {"knobs": {"mbs": 4}, "seconds": 12.5}
+    for bad in ("x", 3, None, {"knobs": 1}):
+        assert stopped_trials({"stopped_trials": bad}) == []
+    entries = [good, "x", {"knobs": {}, "seconds": "600"}, {"knobs": {}, "seconds": float("nan")}, {"seconds": 1}]
+    assert stopped_trials({"stopped_trials": entries}) == [good]
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))

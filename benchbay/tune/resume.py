@@ -4,12 +4,37 @@ line (``latest_tune`` passes over it), never an AttributeError."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from benchbay import store
 from benchbay.suite.model import Suite
 from benchbay.suite.tune import Tune
+
+#: the manifest's list of the trials a Ctrl-C or a call's time limit stopped: their knobs, how long they ran
+STOPPED = "stopped_trials"
+#: a stopped trial starts again only in a call whose time budget is at least this many times what it ran
+RESTART_FACTOR = 1.5
+
+
+def stopped_trials(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The well-formed entries of the manifest's stopped trials (others are passed over)."""
+    entries = manifest.get(STOPPED)
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("knobs"), dict)
+            and isinstance(e.get("seconds"), (int, float)) and math.isfinite(e["seconds"])] \
+        if isinstance(entries, list) else []
+
+
+def too_long(stopped: list[dict[str, Any]], params: dict[str, Any], time_budget_s: float | None) -> str | None:
+    """Why a configuration that an earlier call stopped unfinished is not started in this one: this
+    call's time budget is under ``RESTART_FACTOR`` times what it ran there (a trial that ran out a
+    whole call would run out every call, each time first in line)."""
+    ran = max((e["seconds"] for e in stopped if e["knobs"] == params), default=None)
+    if ran is None or time_budget_s is None or time_budget_s >= RESTART_FACTOR * ran:
+        return None
+    return (f"a call stopped it unfinished after {ran:.0f} s; this call's --time-budget of {time_budget_s:.0f} s "
+            f"is under {RESTART_FACTOR:g} times that (give it a longer call, or a suite timeout that records it)")
 
 
 def machine_of(manifest: dict[str, Any]) -> str | None:

@@ -36,7 +36,6 @@ from rich.console import Console
 
 from benchbay import store
 from benchbay.analysis.cost import cost_per_million_samples
-from benchbay.analysis.update_fidelity import verdict
 from benchbay.collect.env import fingerprint
 from benchbay.interrupts import signals_interrupt
 from benchbay.launch.worker import EARLY_STEPS
@@ -46,8 +45,6 @@ from benchbay.record import (
     DEVICE_MEM_TOTAL_GIB,
     PEAK_MEM_RESERVED_GIB,
     SAMPLES_PER_S_PER_GPU,
-    UPDATE_APPLIED_SHARE,
-    UPDATE_APPLIED_SHARE_SE,
     Record,
     Status,
 )
@@ -57,15 +54,22 @@ from benchbay.suite.tune import IntRange, Tune
 from benchbay.tune.confirm import CONFIRMS, TRIAL, ConfirmStage
 from benchbay.tune.memory import MemoryModel
 from benchbay.tune.result import RESULT
-from benchbay.tune.resume import latest_tune, same_study
-from benchbay.tune.trials import BATCH, Trial, distributions, importances, key_metrics, memory_errors, pareto, rest_of
+from benchbay.tune.resume import STOPPED, latest_tune, same_study, stopped_trials, too_long
+from benchbay.tune.trials import (
+    BATCH,
+    Trial,
+    distributions,
+    importances,
+    key_metrics,
+    lost_update,
+    memory_errors,
+    pareto,
+    rest_of,
+)
 
 #: the trial statuses ``--retry-failed`` measures again: failures of the code, not results of the
 #: configuration (an oom bounds the batch, a non-finite loss is the configuration's)
 RETRIED = frozenset({Status.ERROR, Status.CRASH, Status.TIMEOUT})
-#: the knobs that decide whether the optimizer's update survives the weights' precision (offload: the
-#: CPU optimizer steps fp32 masters of bf16 weights)
-UPDATE_KNOBS = ("precision", "optimizer", "offload")
 #: knobs that change the arithmetic of the gradients beyond bf16's, which only compute fidelity
 #: measures (compile's fusions stay at bf16's noise floor, and its reference often cannot run: a
 #: compiled point's random draws differ from eager's, a large batch's reference does not fit)
@@ -111,6 +115,8 @@ class Tuner(ConfirmStage):
         self.runner = SuiteRunner(self.suite, results_root, self.console, resume=resume, launcher=launcher,
                                   peak_flops=peak_flops)
         self.run = self.runner.run
+        # the trials earlier calls stopped before they ended (resume.too_long)
+        self.stopped = stopped_trials(store.read_manifest(self.run)) if resume else []
         if resume:
             same_study(store.read_manifest(self.run), self.run, self.suite, self.tune, self.runner.env["machine_key"])
         elif retry_failed:
@@ -235,7 +241,7 @@ class Tuner(ConfirmStage):
                               f"{self.run.name}")
             summary.result = self.result(summary)
             stopped = summary.interrupted or summary.out_of_time or summary.unwritable
-            manifest.update(state="interrupted" if stopped else "complete",
+            manifest.update(state="interrupted" if stopped else "complete", **{STOPPED: self.stopped},
                             finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
             try:
                 store.write_json(self.run, RESULT, summary.result)
@@ -351,7 +357,12 @@ class Tuner(ConfirmStage):
                 continue
             idle = 0
             self._say(f"trial {point.index} starts: {_knobs(params)}")  # a trial can take minutes
-            record = self.runner.measure(point, 0, extra={TRIAL: point.index}, stop_below=self._stop_below())
+            started = time.perf_counter()
+            try:
+                record = self.runner.measure(point, 0, extra={TRIAL: point.index}, stop_below=self._stop_below())
+            except KeyboardInterrupt:  # kept, so that a later call of too little time does not start it again
+                self.stopped.append({"knobs": params, "seconds": round(time.perf_counter() - started, 1)})
+                raise
             trial = self._trial(point.index, params, record)
             self.trials.append(trial)
             asked.set_constraint("violation", trial.violation)
@@ -370,20 +381,8 @@ class Tuner(ConfirmStage):
         point = self.point(params, len(self.trials))
         return (point.excluded or cannot_run(point, self.runner.device, self.suite.world_size)
                 or (self.memory.refuses(self._rest(params), params[BATCH]) if BATCH in params else None)
-                or self._lost_update(point.knobs))
-
-    def _lost_update(self, knobs: dict[str, Any]) -> str | None:
-        """Under the faithful constraint, a configuration whose precision, optimizer and offload already lost
-        the update in a trial (the optimizer's arithmetic on the weights' dtype, not the batch's or kernels')."""
-        for t in self.trials if self.tune.constraints.faithful else []:
-            m = t.record.metrics
-            # the applied share's own verdict: a record lossy for tensors left without gradients (fidelity_untrained)
-            # lost them to its recompute or model, not to these knobs
-            if verdict(m.get(UPDATE_APPLIED_SHARE), m.get(UPDATE_APPLIED_SHARE_SE)) == "lossy" and all(
-                    t.record.knobs.get(k) == knobs.get(k) for k in UPDATE_KNOBS):
-                *first, last = (f"{k}={knobs.get(k)}" for k in UPDATE_KNOBS)
-                return f"{', '.join(first)} and {last} lost the update in trial {t.number} (update fidelity lossy)"
-        return None
+                or (lost_update(self.trials, point.knobs) if self.tune.constraints.faithful else None)
+                or too_long(self.stopped, params, self.time_budget_s))
 
     def _enqueue_fitting(self, study, params: dict[str, Any]) -> bool:
         """After a batch refused for memory: the largest batch of the same configuration that may fit,

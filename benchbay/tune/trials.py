@@ -8,6 +8,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from benchbay.analysis.update_fidelity import verdict
 from benchbay.record import (
     ENERGY_J_PER_SAMPLE,
     MFU,
@@ -18,6 +19,7 @@ from benchbay.record import (
     STEP_TIME_MEAN_S,
     STEP_TIME_S,
     UPDATE_APPLIED_SHARE,
+    UPDATE_APPLIED_SHARE_SE,
     Record,
     Status,
 )
@@ -26,6 +28,9 @@ from benchbay.tune.memory import MemoryModel
 
 #: the knob whose memory grows with its value (the memory line's x)
 BATCH = "mbs"
+#: the knobs that decide whether the optimizer's update survives the weights' precision (offload: the
+#: CPU optimizer steps fp32 masters of bf16 weights)
+UPDATE_KNOBS = ("precision", "optimizer", "offload")
 
 
 @dataclass
@@ -128,3 +133,17 @@ def key_metrics(record: Record) -> dict[str, Any]:
     keys = (SAMPLES_PER_S_PER_GPU, STEP_TIME_MEAN_S, STEP_TIME_S, PEAK_MEM_ALLOCATED_GIB,
             PEAK_MEM_RESERVED_GIB, MFU, ENERGY_J_PER_SAMPLE, UPDATE_APPLIED_SHARE, STEP_TIME_CV)
     return {**{k: m.get(k) for k in keys if m.get(k) is not None}, "fidelity": record.extra.get("fidelity")}
+
+
+def lost_update(trials: list[Trial], knobs: dict[str, Any]) -> str | None:
+    """Why a configuration cannot be faithful: its precision, optimizer and offload already lost the
+    update in a trial (the optimizer's arithmetic on the weights' dtype, not the batch's or kernels')."""
+    for t in trials:
+        m = t.record.metrics
+        # the applied share's own verdict: a record lossy for tensors left without gradients (fidelity_untrained)
+        # lost them to its recompute or model, not to these knobs
+        if verdict(m.get(UPDATE_APPLIED_SHARE), m.get(UPDATE_APPLIED_SHARE_SE)) == "lossy" and all(
+                t.record.knobs.get(k) == knobs.get(k) for k in UPDATE_KNOBS):
+            *first, last = (f"{k}={knobs.get(k)}" for k in UPDATE_KNOBS)
+            return f"{', '.join(first)} and {last} lost the update in trial {t.number} (update fidelity lossy)"
+    return None

@@ -196,6 +196,12 @@ def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env
         [json.dumps(r, sort_keys=True) for r in kept]
 
 
+def _default_sigint_stacks_blocked() -> None:
+    """As a supervisor may start it: the stacks' signal blocked, a mask the points' processes inherit."""
+    _default_sigint()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("warm_up", [False, True])
 def test_a_point_stopped_by_a_ctrl_c_says_where_it_stood_and_keeps_its_log(tmp_path, in_repo, cli_env, warm_up):
@@ -213,7 +219,8 @@ timeout: 600
     flags = () if warm_up else ("--no-warm-up",)  # the hang in the run's warm-up process, or in its point
     proc = subprocess.Popen(benchbay_cmd("run", str(suite), "--results", str(results), "--no-report", *flags),
                             env={**cli_env, "TMPDIR": str(scratch)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=_default_sigint)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint_stacks_blocked)
     deadline = time.time() + 120
     while not any("phase: first step" in p.read_text() for p in scratch.glob("benchbay-*/*/worker.log")):
         assert time.time() < deadline and proc.poll() is None, proc.communicate()

@@ -41,8 +41,11 @@ def started_command(spec: PointSpec) -> Command | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = argv or sys.argv[1:]
-    # a point stopped by a Ctrl-C or a call's time limit is asked for its stacks first (process.STACKS_SIGNAL)
+    # a point stopped by a Ctrl-C or a call's time limit is asked for its stacks first (process.STACKS_SIGNAL);
+    # unblocked, as a mask the launching shell or supervisor blocked it in is inherited (the H100 run
+    # -203934-e3d9 got no stacks)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     command = started_command(PointSpec.from_json(json.loads(Path(argv[0]).read_text())))
     from benchbay.launch import worker  # torch, while the command starts
 

@@ -115,10 +115,10 @@ class Tuner(ConfirmStage):
         self.runner = SuiteRunner(self.suite, results_root, self.console, resume=resume, launcher=launcher,
                                   peak_flops=peak_flops)
         self.run = self.runner.run
-        # the trials earlier calls stopped before they ended (resume.too_long)
-        self.stopped = stopped_trials(store.read_manifest(self.run)) if resume else []
+        manifest = store.read_manifest(self.run) if resume else {}
+        self.stopped = stopped_trials(manifest)  # the trials earlier calls stopped before they ended (too_long)
         if resume:
-            same_study(store.read_manifest(self.run), self.run, self.suite, self.tune, self.runner.env["machine_key"])
+            same_study(manifest, self.run, self.suite, self.tune, self.runner.env["machine_key"])
         elif retry_failed:
             raise ValueError("--retry-failed: with --resume (it measures again the failed trials of a tune)")
         self.retry_failed = retry_failed

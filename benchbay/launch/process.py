@@ -127,11 +127,11 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
         finally:  # also after a clean exit: nothing the point started outlives it
             _kill(proc, mark, started)
     log = log_path.read_text(errors="replace")
-    if interrupted:  # where it stood, as a hang says it (below)
-        raise PointInterrupted(log[-KEPT_LOG_CHARS:], "; ".join(filter(None, [stall_summary(log), state])))
+    # a hang or a stop: the phase it was in, where it stood (wherever they are in the log), what its processes did
+    stall = "; ".join(filter(None, [stall_summary(log), state])) if timed_out or interrupted else ""
+    if interrupted:
+        raise PointInterrupted(log[-KEPT_LOG_CHARS:], stall)
     results = [WorkerResult.from_json(json.loads(p.read_text())) for p in sorted(workdir.glob("result*.json"))]
-    # a hang: the phase it was in, where it stood (wherever they are in the log), what its processes did
-    stall = "; ".join(filter(None, [stall_summary(log), state])) if timed_out else ""
     return Finished(results, proc.returncode, timed_out, log[-3000:], stall)
 
 

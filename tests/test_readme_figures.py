@@ -174,11 +174,13 @@ def test_relative_links_resolve(doc):
 FP8_DOCS = ROOT / "docs/fp8.md"
 DREAMZERO_FP8_RUNS = ("results/dreamzero-5b-fp8/20261206-183244-c773", "results/dreamzero-5b-fp8/20261206-184047-536a")
 DREAMZERO_FP8_IN_STEP_RUN = "results/dreamzero-5b-fp8/20261206-203934-e3d9"
+DREAMZERO_FRONTIER_FP8_RUN = "results/dreamzero-5b-frontier/20261206-223108-9f2a"
 
 
 @pytest.mark.parametrize("table, run", [("wallx-fp8", "results/wallx-fp8/20261206-161749-7da1"),
                                         ("dreamzero-5b-fp8", DREAMZERO_FP8_RUNS[0]),
-                                        ("dreamzero-5b-fp8-in-step", DREAMZERO_FP8_IN_STEP_RUN)])
+                                        ("dreamzero-5b-fp8-in-step", DREAMZERO_FP8_IN_STEP_RUN),
+                                        ("dreamzero-5b-frontier-fp8", DREAMZERO_FRONTIER_FP8_RUN)])
 def test_the_fp8_docs_tables_are_their_records(table, run):
     """docs/fp8.md's table of each FP8 run: each row's converted linears, rate, step, MFU on both
     peaks and both fidelities, with the compute fidelity's worst group, are its record's."""
@@ -233,3 +235,11 @@ def test_the_fp8_docs_in_step_gain_and_saving_are_the_records():
              ((in_step, "in-step-bf16@16", "in-step-tensorwise@16"), (alone, "bf16@16", "tensorwise@16"))]
     assert " ".join(marked("dreamzero-5b-fp8-saving", FP8_DOCS).split()) == \
         f"{saved[0]:.1f} ms a step here and {saved[1]:.1f} ms"
+
+
+def test_the_fp8_docs_frontier_gain_is_the_records():
+    """The H200 frontier's FP8 gain: +fp8@20 against +sr@20 (the same point in bf16), as the report has them."""
+    rate = report_points("dreamzero-5b-frontier").set_index("label")["samples_per_s_per_gpu"]
+    bf16, fp8 = rate["+sr@20"], rate["+fp8@20"]
+    assert " ".join(marked("dreamzero-5b-frontier-fp8-gain", FP8_DOCS).split()) == \
+        f"{bf16:.2f} to {fp8:.2f} samples/s/GPU, {fp8 / bf16 - 1:.1%} more"

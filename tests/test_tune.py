@@ -323,9 +323,9 @@ def test_a_configuration_with_one_batch_measured_borrows_the_slope_of_its_neares
     assert alone.predict(lone, 52) is None and alone.refuses(lone, 52) is None
 
 
-def committed_wallx_tune(gpu: str) -> Path:
-    """The one committed wallx-tune run on ``gpu``."""
-    (run,) = [p.parent for p in (ROOT / "results" / "wallx-tune").glob("*/tune.json")
+def committed_tune(gpu: str, suite: str = "wallx-tune") -> Path:
+    """The one committed run of ``suite``'s tune on ``gpu``."""
+    (run,) = [p.parent for p in (ROOT / "results" / suite).glob("*/tune.json")
               if read_result(p.parent)["gpu"] == gpu]
     return run
 
@@ -337,7 +337,7 @@ def test_replayed_over_the_committed_wallx_tunes_the_memory_line_predicts_what_r
     """The trials in order, as the study saw them: each prediction made for a trial that then ran is
     within 4 GiB of its peak, and the trials it refuses are the ones that ran out of memory."""
     model, predicted, refusals = MemoryModel(capacity_gib=capacity), 0, []
-    for trial in read_result(committed_wallx_tune(gpu))["trials"]:
+    for trial in read_result(committed_tune(gpu))["trials"]:
         rest, batch, peak = rest_of(trial["knobs"]), trial["knobs"]["mbs"], trial["peak_mem_reserved_gib"]
         if model.refuses(rest, batch):
             refusals.append(trial["trial"])
@@ -349,15 +349,32 @@ def test_replayed_over_the_committed_wallx_tunes_the_memory_line_predicts_what_r
     assert predicted >= 1 and refusals == refused
 
 
-def test_the_readmes_tune_figures_are_those_of_the_committed_wallx_tune():
-    """README: "found 65.34 samples/s/GPU (faithful, 3 processes; trial 20 of 24 at 876 device-seconds)"."""
-    result = read_result(committed_wallx_tune("NVIDIA H200"))  # "On one H200": the H100 run is the guide's
+@pytest.mark.parametrize("suite", ["wallx-tune", "dreamzero-5b-tune"])
+def test_the_readmes_tune_figures_are_those_of_the_committed_tunes(suite):
+    """README: "`wallx-tune` found 65.34 samples/s/GPU (faithful, 3 processes; trial 20 of 24 at 876
+    device-seconds)", and the same sentence for dreamzero-5b-tune."""
+    result = read_result(committed_tune("NVIDIA H200", suite))  # "On one H200": the H100 run is the guide's
     best = result["best"]
     spent = sum(t["device_s"] for t in result["trials"] if t["trial"] <= best["trial"])
-    said = (f"found {best['objective']:.2f} samples/s/GPU ({best['metrics']['fidelity']}, {best['runs']} processes; "
-            f"trial {best['trial']} of {len(result['trials'])} at {spent:.0f} device-seconds)")
+    said = (f"`{suite}` found {best['objective']:.2f} samples/s/GPU ({best['metrics']['fidelity']}, "
+            f"{best['runs']} processes; trial {best['trial']} of {len(result['trials'])} at {spent:.0f} "
+            "device-seconds)")
     assert said in " ".join((ROOT / "README.md").read_text().split())
     assert best["confirmed"] and not best["ties"]
+
+
+def test_the_guides_dreamzero_tune_figures_are_its_tune_json():
+    """docs/guide.md's paragraph on the H200 dreamzero-5b-tune: the winner's mean, interval and peak,
+    the runner-up's mean and ratio, the device time, all from tune.json."""
+    result = read_result(committed_tune("NVIDIA H200", "dreamzero-5b-tune"))
+    winner, runner_up = result["confirmed"]
+    text = " ".join((ROOT / "docs/guide.md").read_text().split())
+    assert (f"{result['device_seconds']:,.0f} of {result['budget']['device_seconds']:,.0f} device-seconds" in text)
+    assert (f"found {winner['mean']:.2f} samples/s/GPU (mean of {winner['runs']} processes, 95% interval "
+            f"{winner['low']:.2f} to {winner['high']:.2f})") in text
+    assert f"({result['best']['metrics']['peak_mem_reserved_gib']:.1f} GiB reserved)" in text
+    assert (f"was {1 - runner_up['ratio']:.1%} slower, outside the noise ({runner_up['mean']:.2f}, "
+            f"{runner_up['runs']} processes)") in text and not runner_up["tie"]
 
 
 # ---- defects found in review: each planted as it was reproduced --------------------------------

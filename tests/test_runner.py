@@ -196,6 +196,19 @@ def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env
         [json.dumps(r, sort_keys=True) for r in kept]
 
 
+def test_a_stall_is_placed_in_the_main_threads_frames_however_faulthandler_names_it():
+    """The main thread comes last in a dump; after a Ctrl-C it is the "Current thread" (an H200 note
+    named a tqdm monitor thread's frames instead)."""
+    from benchbay.launch.process import stall_summary
+
+    helper = 'Thread 0x01 (most recent call first):\n  File "tqdm/_monitor.py", line 69 in run\n\n'
+    for name in ("Current thread", "Thread"):
+        log = (f"benchbay phase: first step\n{helper}{name} 0x02 (most recent call first):\n"
+               '  File "inductor/cpp.py", line 4480 in codegen_kernel\n  File "worker.py", line 229 in _measure\n')
+        assert stall_summary(log) == ("in phase 'first step'; at File \"inductor/cpp.py\", line 4480 in "
+                                      "codegen_kernel <- File \"worker.py\", line 229 in _measure"), name
+
+
 def _default_sigint_stacks_blocked() -> None:
     """As a supervisor may start it: the stacks' signal blocked, a mask the points' processes inherit."""
     _default_sigint()

@@ -17,7 +17,7 @@ from benchbay.cli import main
 from benchbay.record import Status
 from benchbay.suite import SuiteError, load
 from benchbay.tune.confirm import CONFIRMS, TRIAL
-from benchbay.tune.memory import MemoryModel, fit
+from benchbay.tune.memory import GIB, MemoryModel, fit, static_gib
 from benchbay.tune.result import emit_suite, read_result
 from benchbay.tune.study import Tuner
 from benchbay.tune.trials import lost_update, rest_of
@@ -321,6 +321,52 @@ def test_a_configuration_with_one_batch_measured_borrows_the_slope_of_its_neares
         alone.observe(across, batch, 20.0 + 0.5 * batch, oom=False)
     alone.observe(lone, 44, 137.0, oom=False)
     assert alone.predict(lone, 52) is None and alone.refuses(lone, 52) is None
+
+
+def test_the_static_memory_is_what_the_parameters_hold_whatever_the_batch():
+    """Weights and gradients by precision, the optimizer's own state, frozen weights in bf16; unknown
+    where the record does not count its parameters or sharding or offloading moves them."""
+    counts = {"trainable_params": GIB, "frozen_params": GIB // 2}
+    assert static_gib({"precision": "bf16_mixed", "optimizer": "adamw"}, counts) == 4 + 4 + 8 + 1
+    assert static_gib({"precision": "bf16", "optimizer": "adamw_sr"}, counts) == 2 + 2 + 8 + 1
+    assert static_gib({"precision": "bf16", "optimizer": "adamw_sr_8bit"}, counts) == 2 + 2 + 2 + 1
+    assert static_gib({"precision": "bf16", "optimizer": "adamw"}, {"trainable_params": None}) is None
+    for moved in ({"sharding": "fsdp2_full"}, {"offload": "optimizer"}, {"optimizer": "ao_cpu_offload"}):
+        assert static_gib({"precision": "bf16_mixed", "optimizer": "adamw", **moved}, counts) is None
+
+
+def test_a_lone_batch_without_a_neighbours_line_predicts_along_what_it_added_over_its_static_memory():
+    model = MemoryModel(capacity_gib=140.0)
+    model.observe("rest", 20, 134.0, oom=False, static=74.0)  # 3 GiB a sample over 74
+    assert model.predict("rest", 12) == pytest.approx(110.0)
+    assert model.refuses("rest", 22) is None  # 140.0 GiB: not over the card
+    assert "predicts 143.0 GiB" in model.refuses("rest", 23)
+    model.observe("rest", 12, 107.0, oom=False)  # two batches: its own line from now on
+    assert model.predict("rest", 16) == pytest.approx(120.5)
+
+
+def test_replayed_over_the_committed_dreamzero_tune_the_static_memory_predicts_its_last_trial():
+    """dreamzero-5b-tune (H200) had no configuration with a second batch before its last trial: the
+    line alone made no prediction; the static memory predicts trial 7 within 4 GiB of its peak, as the
+    guide says."""
+    run = committed_tune("NVIDIA H200", "dreamzero-5b-tune")
+    first = {}
+    for record in store.read_records(run):
+        first.setdefault(record["extra"]["tune_trial"], record)
+    model, predicted, space = MemoryModel(capacity_gib=139.8), {}, read_result(run)["space"]
+    for number, record in sorted(first.items()):
+        if record["status"] not in ("ok", "oom"):
+            continue
+        rest = rest_of({knob: record["knobs"][knob] for knob in space})
+        batch, peak = record["knobs"]["mbs"], record["metrics"].get("peak_mem_reserved_gib")
+        if (estimate := model.predict(rest, batch)) is not None:
+            predicted[number] = (estimate, peak)
+        assert model.refuses(rest, batch) is None or record["status"] == "oom", number
+        model.observe(rest, batch, peak, record["status"] == "oom", static_gib(record["knobs"], record["extra"]))
+    (estimate, peak), = predicted.values()
+    assert list(predicted) == [7] and abs(estimate - peak) < 4.0
+    said = f"it predicts trial 7 at {estimate:.1f} GiB against {peak:.1f} measured"
+    assert said in " ".join((ROOT / "docs/guide.md").read_text().split())
 
 
 def committed_tune(gpu: str, suite: str = "wallx-tune") -> Path:

@@ -313,8 +313,9 @@ def _no_result(done: Finished, timeout: float, partial: int,
 
 
 PHASE_MARK = "benchbay phase: "  # how benchbay.launch.worker announces a phase in its log
-#: a thread's stack in faulthandler's dump; the main thread (the first started) comes last
-_THREAD_STACK = re.compile(r"Thread 0x[0-9a-f]+ \(most recent call first\):\n((?:  File .*\n?)+)")
+#: a thread's stack in faulthandler's dump ("Current thread" for the one that took the signal asking for
+#: it, as after a Ctrl-C); the main thread (the first started) comes last
+_THREAD_STACK = re.compile(r"(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):\n((?:  File .*\n?)+)")
 
 
 def last_phase(log: str) -> str | None:

@@ -2,8 +2,10 @@
 linearly with the batch (weights, gradients and optimizer state once; activations per sample), so a
 line through the trials so far says whether a batch fits before a process is spent on it; a
 configuration with one batch measured borrows the slope of its nearest neighbour's line, of the same
-recompute (``ACTIVATIONS``). An out-of-memory trial bounds its configuration from above: no larger
-batch of it fits either.
+recompute (``ACTIVATIONS``); with no neighbour's line, the slope is what the batch added over the
+memory that does not grow with it (``static_gib``: weights, gradients, optimizer state and frozen
+weights, from the record's parameter counts). An out-of-memory trial bounds its configuration from
+above: no larger batch of it fits either.
 Replayed over the H200 wallx-tune trials, the borrowed slope predicted 116.2 GiB for a trial that
 measured 119.6, and would have refused the two 52- and 64-sample trials that then ran out of memory.
 On the H100 wallx-tune, a slope borrowed across recompute (selective's 1.44 GiB a sample for
@@ -11,11 +13,34 @@ attention's 0.2) predicted 73.8 GiB for a trial that measured 54.5, and refused 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from benchbay.knobs.optimizer import CHOICES as OPTIMIZERS
 
 #: the knob that decides what a sample's activations hold: no slope is borrowed across its values
 ACTIVATIONS = "recompute"
+
+
+#: weight and gradient bytes of a trained parameter under each precision (the optimizer's state is its own)
+WEIGHT_GRAD_BYTES = {"bf16_mixed": 8, "fp32": 8, "bf16": 4}
+FROZEN_BYTES = 2  # frozen weights are held in bf16
+GIB = 2 ** 30
+
+
+def static_gib(knobs: Mapping[str, Any], extra: Mapping[str, Any]) -> float | None:
+    """GiB a process holds whatever its batch: trained parameters' weights, gradients and optimizer
+    state, and the frozen weights; None where a record does not say its parameters, or where sharding
+    or offloading moves them elsewhere."""
+    trained, frozen = extra.get("trainable_params"), extra.get("frozen_params", 0)
+    optimizer = OPTIMIZERS.get(knobs.get("optimizer", "adamw"))
+    per_param = WEIGHT_GRAD_BYTES.get(knobs.get("precision", "bf16_mixed"))
+    if (not isinstance(trained, int) or not isinstance(frozen, int) or optimizer is None or per_param is None
+            or knobs.get("sharding", "none") != "none" or knobs.get("offload", "none") != "none"
+            or optimizer.state_bytes == 0):
+        return None
+    return (trained * (per_param + optimizer.state_bytes) + frozen * FROZEN_BYTES) / GIB
 
 
 @dataclass
@@ -48,26 +73,33 @@ class MemoryModel:
     capacity_gib: float | None = None  # the card's memory, or the tune's max_peak_gib where smaller
     peaks: dict[Hashable, list[tuple[int, float]]] = field(default_factory=dict)
     oom_at: dict[Hashable, int] = field(default_factory=dict)  # the smallest batch that ran out of memory
+    static: dict[Hashable, float] = field(default_factory=dict)  # static_gib of each configuration
 
-    def observe(self, rest: Hashable, batch: int, peak_gib: float | None, oom: bool) -> None:
+    def observe(self, rest: Hashable, batch: int, peak_gib: float | None, oom: bool,
+                static: float | None = None) -> None:
         if oom:
             self.oom_at[rest] = min(batch, self.oom_at.get(rest, batch))
         elif peak_gib is not None:
             self.peaks.setdefault(rest, []).append((batch, peak_gib))
+        if static is not None:
+            self.static[rest] = static
 
     def predict(self, rest: Hashable, batch: int) -> float | None:
         """Peak GiB at ``batch``: on the configuration's own line; with one batch of it measured, from
         that batch along the slope of the nearest configuration of the same recompute that has a
-        line (the fewest knobs apart: the activations a sample costs change with few knobs); else None."""
+        line (the fewest knobs apart: the activations a sample costs change with few knobs), else
+        along what that batch added over its static memory; else None."""
         own = self.peaks.get(rest, [])
         line = fit(own)
         if line is not None:
             return line.at(batch)
-        slope = self._nearest_slope(rest)
-        if not own or slope is None:
+        if not own:
             return None
         near_batch, near_peak = min(own, key=lambda p: abs(p[0] - batch))
-        return near_peak + slope * (batch - near_batch)
+        slope = self._nearest_slope(rest)
+        if slope is None and near_peak > self.static.get(rest, near_peak):
+            slope = (near_peak - self.static[rest]) / near_batch
+        return None if slope is None else near_peak + slope * (batch - near_batch)
 
     def _nearest_slope(self, rest: Hashable) -> float | None:
         lines = [(_apart(rest, other), fit(points).slope) for other, points in self.peaks.items()

@@ -52,7 +52,7 @@ from benchbay.runner import SuiteRunner, Unwritable, cannot_run
 from benchbay.suite.model import Point, Suite, excluded_by
 from benchbay.suite.tune import IntRange, Tune
 from benchbay.tune.confirm import CONFIRMS, TRIAL, ConfirmStage
-from benchbay.tune.memory import MemoryModel
+from benchbay.tune.memory import MemoryModel, static_gib
 from benchbay.tune.result import RESULT
 from benchbay.tune.resume import STOPPED, latest_tune, same_study, stopped_trials, too_long
 from benchbay.tune.trials import (
@@ -187,7 +187,7 @@ class Tuner(ConfirmStage):
                 limit = self.tune.constraints.max_peak_gib
                 self.memory.capacity_gib = min(total, limit) if limit else total
             self.memory.observe(self._rest(params), params[BATCH], record.metrics.get(PEAK_MEM_RESERVED_GIB),
-                                record.status == Status.OOM)
+                                record.status == Status.OOM, static_gib(record.knobs, record.extra))
         return trial
 
     @staticmethod

@@ -24,7 +24,7 @@ from benchbay.record import (
     Status,
 )
 from benchbay.suite.tune import IntRange, Tune
-from benchbay.tune.memory import MemoryModel
+from benchbay.tune.memory import MemoryModel, static_gib
 
 #: the knob whose memory grows with its value (the memory line's x)
 BATCH = "mbs"
@@ -97,7 +97,8 @@ def memory_errors(trials: list[Trial]) -> dict[str, Any]:
         if predicted is not None:
             rows.append({"trial": t.number, "predicted_gib": predicted, "measured_gib": peak,
                          "status": str(t.record.status), "error_gib": None if peak is None else predicted - peak})
-        model.observe(rest_of(t.params), t.params[BATCH], peak, t.record.status == Status.OOM)
+        model.observe(rest_of(t.params), t.params[BATCH], peak, t.record.status == Status.OOM,
+                      static_gib(t.record.knobs, t.record.extra))
     errors = [abs(r["error_gib"]) for r in rows if r["error_gib"] is not None]
     rel = [abs(r["error_gib"]) / r["measured_gib"] for r in rows if r["error_gib"] is not None and r["measured_gib"]]
     return {"predictions": rows, "mean_abs_error_gib": statistics.fmean(errors) if errors else None,

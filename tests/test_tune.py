@@ -330,6 +330,7 @@ def test_the_static_memory_is_what_the_parameters_hold_whatever_the_batch():
     assert static_gib({"precision": "bf16_mixed", "optimizer": "adamw"}, counts) == 4 + 4 + 8 + 1
     assert static_gib({"precision": "bf16", "optimizer": "adamw_sr"}, counts) == 2 + 2 + 8 + 1
     assert static_gib({"precision": "bf16", "optimizer": "adamw_sr_8bit"}, counts) == 2 + 2 + 2 + 1
+    assert static_gib({"precision": "bf16", "optimizer": "adamw"}, counts) == 2 + 2 + 4 + 1  # state as the weights
     assert static_gib({"precision": "bf16", "optimizer": "adamw"}, {"trainable_params": None}) is None
     for moved in ({"sharding": "fsdp2_full"}, {"offload": "optimizer"}, {"optimizer": "ao_cpu_offload"}):
         assert static_gib({"precision": "bf16_mixed", "optimizer": "adamw", **moved}, counts) is None

@@ -29,6 +29,10 @@ class OptimizerChoice:
     #: rounds bf16 weights: precision=bf16 only (benchbay.knobs.rules, known before a point's process)
     needs_bf16: ClassVar[bool] = False
 
+    def state_bytes_under(self, precision: str) -> float:
+        """The state it keeps per parameter under ``precision`` (the tune's memory estimate reads it)."""
+        return self.state_bytes
+
     def skip_reason(self, knobs: dict[str, Any], device: torch.device) -> str | None:
         if knobs["offload"] != "none":
             return f"optimizer={self.name}: offload=optimizer steps the workload's own AdamW on the CPU (use adamw)"
@@ -42,6 +46,9 @@ class TorchAdamW(OptimizerChoice):
     name, state_bytes = "adamw", 8
     help = ("the workload's torch AdamW, state in the weights' dtype (bf16_mixed: fp32 master weights, faithful; "
             "bf16: pure bf16 rounded to nearest, lossy at small lr): 8 B/param (bf16_mixed), 4 B (bf16)")
+
+    def state_bytes_under(self, precision: str) -> float:
+        return self.state_bytes / 2 if precision == "bf16" else self.state_bytes
 
     def skip_reason(self, knobs, device):
         return None

@@ -34,13 +34,13 @@ def static_gib(knobs: Mapping[str, Any], extra: Mapping[str, Any]) -> float | No
     state, and the frozen weights; None where a record does not say its parameters, or where sharding
     or offloading moves them elsewhere."""
     trained, frozen = extra.get("trainable_params"), extra.get("frozen_params", 0)
-    optimizer = OPTIMIZERS.get(knobs.get("optimizer", "adamw"))
-    per_param = WEIGHT_GRAD_BYTES.get(knobs.get("precision", "bf16_mixed"))
+    precision, optimizer = knobs.get("precision", "bf16_mixed"), OPTIMIZERS.get(knobs.get("optimizer", "adamw"))
+    per_param = WEIGHT_GRAD_BYTES.get(precision)
     if (not isinstance(trained, int) or not isinstance(frozen, int) or optimizer is None or per_param is None
             or knobs.get("sharding", "none") != "none" or knobs.get("offload", "none") != "none"
             or optimizer.state_bytes == 0):
         return None
-    return (trained * (per_param + optimizer.state_bytes) + frozen * FROZEN_BYTES) / GIB
+    return (trained * (per_param + optimizer.state_bytes_under(precision)) + frozen * FROZEN_BYTES) / GIB
 
 
 @dataclass

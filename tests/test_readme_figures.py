@@ -42,7 +42,9 @@ def test_readme_row_matches_its_record(row):
     run_dir = next((ROOT / "results").glob(f"*/{run}"))
     summary = point_summary(load_runs([run_dir]))
     point = summary[summary["label"] == label].iloc[0]
-    assert numerics == f"{point['precision']} / {point['optimizer']}"
+    recipe = point.get("float8")
+    fp8 = "" if pd.isna(recipe) or recipe == "off" else f" + fp8 {recipe}"  # FP8 GEMMs, where the point has them
+    assert numerics == f"{point['precision']}{fp8} / {point['optimizer']}"
     assert int(mbs) == point["mbs"]
     assert_figures(point, label, step, rate, mfu, fidelity)
 

@@ -160,6 +160,9 @@ def _results_commands(sub) -> None:
     p.add_argument("--out", help="output folder (default: reports/<suite>)")
     p.add_argument("--title")
     p.add_argument("--emit-suite", metavar="PATH", help="a tune run: write its winner as a suite (as tune does)")
+    p.add_argument("--suite", action="append", default=[], metavar="YAML",
+                   help="read this suite's breakdown, equivalent groups and description from the file, not from "
+                        "its runs' manifests (after the suite's breakdown grew, say)")
     _price_argument(p)
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("history", help="a metric across past runs, with change points flagged")

@@ -176,6 +176,30 @@ def test_the_peak_flops_override_reaches_the_report(tmp_path, monkeypatch):
     assert "NVIDIA H200: 500 TFLOP/s (override)" in (tmp_path / "rep" / "report.md").read_text()
 
 
+def test_a_suite_file_gives_the_report_its_breakdown_and_one_the_runs_did_not_run_is_refused(tmp_path, capsys):
+    """--suite: the breakdown of the suite as it is now (a run's manifest keeps the one it ran with)."""
+    run = tmp_path / "fixture-train" / "r1"
+    run.mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "fixtures" / "train_records.jsonl", run / "records.jsonl")
+    labels = ["baseline", "+attention", "+compile"]
+    suite = write_suite(tmp_path / "fixture-train.yaml", f"""
+name: fixture-train
+workload: {{name: "{TINY}"}}
+sweep: {{points: [{", ".join(f"{{label: '{label}', mbs: {i + 1}}}" for i, label in enumerate(labels))}]}}
+breakdown: [{", ".join(f"'{label}'" for label in labels)}]
+""")
+    assert main(["report", str(run), "--out", str(tmp_path / "plain")]) == 0
+    assert "Optimisation breakdown" not in (tmp_path / "plain" / "report.md").read_text()
+    assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--suite", str(suite)]) == 0
+    waterfall = (tmp_path / "rep" / "report.md").read_text().split("### Optimisation breakdown")[1]
+    assert "| +compile | ok |" in waterfall and "| +cuda_graph |" not in waterfall.split("####")[0]
+    other = write_suite(tmp_path / "other.yaml", f"name: other\nworkload: {{name: \"{TINY}\"}}\n")
+    capsys.readouterr()
+    assert main(["report", str(run), "--out", str(tmp_path / "no"), "--suite", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert str(other) in err and "'other' ran none of the runs reported (their suites: fixture-train)" in err
+    assert not (tmp_path / "no").exists()
+
 @pytest.mark.slow
 def test_a_run_of_one_point_adds_to_the_suites_report(tmp_path, in_repo, capsys):
     suite = write_suite(tmp_path / "s.yaml", f"""

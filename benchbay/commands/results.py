@@ -53,13 +53,22 @@ def cmd_report(args) -> int:
         if len(tuned) != 1:
             raise ValueError(f"--emit-suite: one tune run, got {len(tuned)} among {len(runs)} run(s)")
         console.print(f"suite: {emit_suite(tuned[0], writable_file(args.emit_suite, '--emit-suite'))}")
-    metas = suite_metas(runs)
+    metas, frame = suite_metas(runs), load_runs(runs)
+    for path in args.suite:  # the user's own file, read as `run` reads it
+        from benchbay.suite import load
+        from benchbay.suite.model import SuiteMeta
+
+        suite, reported = load(path), sorted(set(frame["suite"])) if "suite" in frame else []
+        if suite.name not in reported:
+            raise ValueError(f"{path}: --suite: suite {suite.name!r} ran none of the runs reported "
+                             f"(their suites: {', '.join(reported) or 'none'})")
+        metas[suite.name] = SuiteMeta.of(suite)
     title = args.title or ", ".join(sorted(metas)) or "benchbay report"
     named = list(metas)[0] if len(metas) == 1 else "combined"
     if not SAFE_NAME.fullmatch(named):  # a stored suite name is untrusted: it must not pick the folder
         named = "combined"
     out = Path(args.out or Path("reports") / named)
-    path = build_report(load_runs(runs), out, title=title, suite_meta=metas, peak_flops=peak_flops(),
+    path = build_report(frame, out, title=title, suite_meta=metas, peak_flops=peak_flops(),
                         price_per_gpu_hour=args.price_per_gpu_hour, tunes=tune_results(runs))
     console.print(f"report: {path} (and {path.with_suffix('.md')})")
     return 0

@@ -32,7 +32,7 @@ from benchbay.interrupts import raise_if_swallowed, signals_interrupt
 from benchbay.knobs import rules
 from benchbay.launch.base import Launch, Launcher, Outcome, PointSpec
 from benchbay.launch.local import LocalLauncher
-from benchbay.launch.process import PointInterrupted
+from benchbay.launch.process import PointInterrupted, has_stacks
 from benchbay.progress import SweepProgress, describe, describe_warm_up, warn_once
 from benchbay.record import (
     BUILD_S,
@@ -210,7 +210,8 @@ class SuiteRunner:
         path = store.stopped_log(self.run, name)
         try:
             store.write_atomic(path, stop.log.encode(), root=self.run)
-            kept = f"; the end of its log, its stacks in it: {path}"
+            stacks = "its stacks in it" if has_stacks(stop.log) else "no stacks in it (none came when asked)"
+            kept = f"; the end of its log, {stacks}: {path}"
         except (OSError, ValueError):  # a full disk, a planted link: the line still says where it stood
             kept = ""
         where = f", {stop.where}" if stop.where else ""

@@ -199,7 +199,7 @@ def test_interrupt_keeps_records_and_resume_completes(tmp_path, in_repo, cli_env
 def test_a_stall_is_placed_in_the_main_threads_frames_however_faulthandler_names_it():
     """The main thread comes last in a dump; after a Ctrl-C it is the "Current thread" (an H200 note
     named a tqdm monitor thread's frames instead)."""
-    from benchbay.launch.process import stall_summary
+    from benchbay.launch.process import has_stacks, stall_summary
 
     helper = 'Thread 0x01 (most recent call first):\n  File "tqdm/_monitor.py", line 69 in run\n\n'
     for name in ("Current thread", "Thread"):
@@ -207,6 +207,8 @@ def test_a_stall_is_placed_in_the_main_threads_frames_however_faulthandler_names
                '  File "inductor/cpp.py", line 4480 in codegen_kernel\n  File "worker.py", line 229 in _measure\n')
         assert stall_summary(log) == ("in phase 'first step'; at File \"inductor/cpp.py\", line 4480 in "
                                       "codegen_kernel <- File \"worker.py\", line 229 in _measure"), name
+        assert has_stacks(log)
+    assert not has_stacks("benchbay phase: first step\nW1206 a warning\n")  # the note says none came
 
 
 def _default_sigint_stacks_blocked() -> None:
@@ -247,6 +249,7 @@ timeout: 600
     (log,) = (run / store.STOPPED).glob("*.log")
     assert ("the warm-up process of " if warm_up else "") + "stuck was stopped after" in out
     assert "in phase 'first step" in out and str(log) in out and log.name.endswith("-warm-up.log") == warm_up
+    assert f"its stacks in it: {log}" in out
     assert "processes: python" in out and "sleeping" in out  # what its processes did, as the OS saw it
     assert "tinywork.py" in log.read_text() and "in loss" in log.read_text()  # its stacks, asked for first
 

@@ -323,6 +323,11 @@ def last_phase(log: str) -> str | None:
     return lines[-1] if lines else None
 
 
+def has_stacks(log: str) -> bool:
+    """Whether a worker log holds a faulthandler dump of its threads."""
+    return _THREAD_STACK.search(log) is not None
+
+
 def stall_summary(log: str, frames: int = 4) -> str:
     """'in phase X at <innermost frames of the main thread>' from a worker log with a stack dump."""
     parts = []

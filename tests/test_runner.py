@@ -4,6 +4,7 @@ Ctrl-C and SIGKILL lose nothing, --resume completes the rest."""
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -209,6 +210,31 @@ def test_a_stall_is_placed_in_the_main_threads_frames_however_faulthandler_names
                                       "codegen_kernel <- File \"worker.py\", line 229 in _measure"), name
         assert has_stacks(log)
     assert not has_stacks("benchbay phase: first step\nW1206 a warning\n")  # the note says none came
+
+
+def test_the_kernels_word_on_a_signal_says_whether_it_is_caught_and_where_it_is_blocked():
+    """What a stopped point's note adds when no stacks came: is the stacks' signal caught, pending,
+    blocked in how many threads."""
+    import faulthandler
+
+    from benchbay.launch.process import signal_state
+
+    sig = signal.SIGUSR2  # not the stacks' own signal, which this process may have registered
+
+    def blocked(state: str) -> int:  # this process's other threads may block it already
+        return int(re.search(r"blocked in (\d+) of \d+ threads$", state).group(1))
+
+    before = signal_state(os.getpid(), sig)
+    assert before.startswith(f"SIGUSR2 in {os.getpid()}: not caught, blocked in ")
+    faulthandler.register(sig)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+    try:
+        after = signal_state(os.getpid(), sig)
+        assert after.startswith(f"SIGUSR2 in {os.getpid()}: caught, ") and blocked(after) == blocked(before) + 1
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        faulthandler.unregister(sig)
+    assert signal_state(2 ** 22 + 1, sig) == ""  # no such process
 
 
 def _default_sigint_stacks_blocked() -> None:

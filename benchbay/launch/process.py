@@ -123,7 +123,7 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
             timed_out, state = True, tree_state(proc.pid)
         except KeyboardInterrupt:
             interrupted, state = True, tree_state(proc.pid)
-            _ask_for_stacks(proc, launch)
+            state = "; ".join(filter(None, [state, _ask_for_stacks(proc, launch, log_path)]))
         finally:  # also after a clean exit: nothing the point started outlives it
             _kill(proc, mark, started)
     log = log_path.read_text(errors="replace")
@@ -135,14 +135,42 @@ def run_ranks(spec: PointSpec, workdir: Path, launch: Launch) -> Finished:
     return Finished(results, proc.returncode, timed_out, log[-3000:], stall)
 
 
-def _ask_for_stacks(proc: subprocess.Popen, launch: Launch) -> None:
-    """Have the point's workers (not torchrun, which the signal would end) write their stacks into the log."""
+def _ask_for_stacks(proc: subprocess.Popen, launch: Launch, log_path: Path) -> str:
+    """Have the point's workers (not torchrun, which the signal would end) write their stacks into the
+    log; where none came, what the kernel says of the signal in each worker."""
     with contextlib.suppress(psutil.Error):
         first = psutil.Process(proc.pid)
         workers = [first] if launch.launcher == "direct" else first.children()
         for worker in workers:
             worker.send_signal(STACKS_SIGNAL)
         time.sleep(STACKS_WAIT_S)
+        if not has_stacks(log_path.read_text(errors="replace")):
+            return "; ".join(filter(None, (signal_state(worker.pid, STACKS_SIGNAL) for worker in workers)))
+    return ""
+
+
+def signal_state(pid: int, sig: int) -> str:
+    """What the kernel says of ``sig`` in process ``pid`` (Linux): whether a handler catches it, whether
+    it is pending, and in how many of its threads it is blocked (blocked in all, it is never delivered)."""
+    bit = 1 << (sig - 1)
+
+    def mask(status: str, key: str) -> int:
+        found = re.search(rf"^{key}:\s*([0-9a-f]+)", status, re.M)
+        return int(found.group(1), 16) if found else 0
+
+    try:
+        process = Path(f"/proc/{pid}/status").read_text()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return ""
+    threads = []
+    for task in tasks:
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            threads.append((task / "status").read_text())
+    blocked = sum(bool(mask(status, "SigBlk") & bit) for status in threads)
+    caught = "caught" if mask(process, "SigCgt") & bit else "not caught"
+    pending = ", pending" if (mask(process, "ShdPnd") | mask(process, "SigPnd")) & bit else ""
+    return f"{signal.Signals(sig).name} in {pid}: {caught}{pending}, blocked in {blocked} of {len(threads)} threads"
 
 
 def tree_state(pid: int) -> str:

@@ -157,8 +157,9 @@ def _memory_blocks(estimate: dict[str, Any]) -> list[Block]:
     rows = [r for r in estimate.get("predictions") or [] if isinstance(r, dict)]
     if not rows:
         return [Heading("Memory estimate", 4),
-                Text("No trial had a memory line to predict it (a batch of the same configuration and a line of "
-                     "it or a configuration near it measured first, with a device memory figure).")]
+                Text("No trial had a memory line to predict it (a batch of the same configuration measured first, "
+                     "with a device memory figure, and a line of it or of a configuration near it, or the record's "
+                     "parameter counts for its static memory). These are the predictions made as the trials ran.")]
     mean, worst, rel = (estimate.get(k) for k in ("mean_abs_error_gib", "max_abs_error_gib", "mean_rel_error"))
     table = pd.DataFrame([{"trial": r.get("trial"), "predicted GiB": _num(r.get("predicted_gib")),
                            "measured GiB": _num(r.get("measured_gib")), "status": r.get("status"),
@@ -166,7 +167,8 @@ def _memory_blocks(estimate: dict[str, Any]) -> list[Block]:
     return [Heading("Memory estimate", 4),
             Text(f"Before each trial, the line of peak reserved memory against the batch through the trials of the "
                  f"same configuration (or, with one of its batches measured, along the slope of the nearest "
-                 f"configuration's line of the same recompute) predicted its peak: {len(rows)} predictions, mean "
+                 f"configuration's line of the same recompute, else of what that batch added over its static "
+                 f"memory) predicted its peak: {len(rows)} predictions, mean "
                  f"absolute error {_num(mean)} GiB ({_num(100 * rel if isinstance(rel, (int, float)) else None)}%), "
                  f"largest {_num(worst)} GiB. A batch the line puts over the card's memory is not run. The figures "
                  "are the predictions made as the trials ran: a study begun under an older version of the line may "

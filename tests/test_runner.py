@@ -113,6 +113,9 @@ timeout: 120
     assert "extra_metrics" in by_label["metrics"]["extra"]["traceback"]
     assert "needs a CUDA device" in by_label["graphs"]["reason"]
     assert by_label["healthy"]["metrics"]["step_time_s"] > 0
+    # the harness counts the parameters (the tune's static memory): two 16-wide blocks and the head, none frozen
+    extra = by_label["healthy"]["extra"]
+    assert (extra["trainable_params"], extra["frozen_params"]) == (2 * (16 * 16 + 16) + 16 + 1, 0)
 
 
 @pytest.mark.slow

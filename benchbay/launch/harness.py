@@ -134,8 +134,11 @@ class TrainingHarness(StepHarness):
 
     def figures(self, steps: int) -> dict[str, Any]:
         own, fidelity = self.workload.own_figures(steps), self.train_step.fidelity.summary()
+        # what the weights, gradients and optimizer state scale with (the tune's static memory, tune.memory)
+        sizes = {"trainable_params": sum(p.numel() for p in self.train_step.params),
+                 "frozen_params": self.train_step.frozen_params}
         return {**own, "metrics": {**own.get("metrics", {}), **fidelity.get("metrics", {})},
-                "extra": {**own.get("extra", {}), **fidelity.get("extra", {})}}
+                "extra": {**sizes, **own.get("extra", {}), **fidelity.get("extra", {})}}
 
 
 class CommandHarness(StepHarness):

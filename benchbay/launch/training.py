@@ -45,6 +45,7 @@ class TrainStep:
     autocast: Callable[[], contextlib.AbstractContextManager]
     graphs: bool
     fidelity: Fidelity
+    frozen_params: int = 0  # the frozen modules' parameters (the trained ones are ``params``)
 
     def backward(self, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """zero_grad -> loss (under autocast) -> backward: the step up to its gradients."""
@@ -136,7 +137,8 @@ def prepare(workload: TrainingWorkload, knobs: dict[str, Any], device: torch.dev
                               facts={**parts.facts, **converted, **rules.ignored(knobs)})
     step = TrainStep(workload, model, params, optimizer, lambda: precision.autocast(knobs["precision"], device),
                      graphs=knobs["cuda_graph"] != "off",
-                     fidelity=Fidelity(UpdateFidelity(stepped, seed=knobs["seed"], masters=masters), compute))
+                     fidelity=Fidelity(UpdateFidelity(stepped, seed=knobs["seed"], masters=masters), compute),
+                     frozen_params=sum(p.numel() for module in parts.frozen for p in module.parameters()))
     return step
 
 

@@ -93,8 +93,6 @@ class DreamZero(DreamZeroDeclaration):
             if self.knob("cuda_graph") == "attention":
                 # a constant input of every graphed call: keep it in place rather than copy it per replay
                 torch._dynamo.mark_static_address(self.attention_mask)
-        self.trainable_params = sum(p.numel() for p in model.parameters())
-        self.frozen_params = sum(p.numel() for p in encoders.parameters())
         if self.knob("data") == "video":
             self.feed = open_feed(self, DreamZeroFullClip, DroidCanvas(self.preset.sample))
         if self.knob("frozen_encoders") == "cached":
@@ -208,9 +206,7 @@ class DreamZero(DreamZeroDeclaration):
         attention = self.encoders.attention() if self.encoders else None  # none with frozen_encoders=cached
         return {**video, "encoder_attention": attention, "preset": self.preset.name,
                 "layers": self.preset.transformer.layers, "tokens_per_sample": self.layout.total,
-                "attention_density": mask.allowed_pairs(self.layout) / self.layout.total ** 2,
-                "trainable_params": getattr(self, "trainable_params", None),
-                "frozen_params": getattr(self, "frozen_params", None)}
+                "attention_density": mask.allowed_pairs(self.layout) / self.layout.total ** 2}
 
     # --- helpers ------------------------------------------------------------------------------
     def _frozen_dtype(self) -> torch.dtype:

@@ -71,7 +71,6 @@ class WallX(WallXDeclaration):
             set_implementations(vlm, self.knob("attention"), self.knob("vision_attention"))
             model = WallXModel(vlm, self.preset, self.layout, self.knob("attention"), self.knob("lm_head"),
                                self.knob("loss_compile"))
-        self.trainable_params = sum(p.numel() for p in model.parameters())  # all of it trains
         if self.knob("data") == "video":
             self.feed = open_feed(self, CurrentFrame, QwenPatches(self.preset))
         return ModelParts(model=model, regions={"backbone": list(vlm.model.language_model.layers),
@@ -117,7 +116,6 @@ class WallX(WallXDeclaration):
     def extra_metrics(self) -> dict:
         video = self.feed.content() if self.feed else {}
         return {**video, "tokens_per_sample": self.layout.length,
-                "trainable_params": getattr(self, "trainable_params", None), "frozen_params": 0,
                 "image_tokens_per_sample": self.layout.count(Token.IMAGE),
                 "text_tokens_per_sample": self.layout.count(Token.TEXT),
                 **{f"forward_flops_{part}": flops for part, flops in self.forward_flops().items()}}

@@ -43,6 +43,8 @@ def cmd_show(args) -> int:
 def cmd_report(args) -> int:
     from benchbay.report import build_report
     from benchbay.store import SAFE_NAME, find_runs, load_runs
+    from benchbay.suite import load
+    from benchbay.suite.model import SuiteMeta
 
     runs = find_runs(args.runs, args.results)
     if args.emit_suite:
@@ -55,9 +57,6 @@ def cmd_report(args) -> int:
         console.print(f"suite: {emit_suite(tuned[0], writable_file(args.emit_suite, '--emit-suite'))}")
     metas, frame = suite_metas(runs), load_runs(runs)
     for path in args.suite:  # the user's own file, read as `run` reads it
-        from benchbay.suite import load
-        from benchbay.suite.model import SuiteMeta
-
         suite, reported = load(path), sorted(set(frame["suite"])) if "suite" in frame else []
         if suite.name not in reported:
             raise ValueError(f"{path}: --suite: suite {suite.name!r} ran none of the runs reported "

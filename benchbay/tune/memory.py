@@ -96,9 +96,9 @@ class MemoryModel:
         if not own:
             return None
         near_batch, near_peak = min(own, key=lambda p: abs(p[0] - batch))
-        slope = self._nearest_slope(rest)
-        if slope is None and near_peak > self.static.get(rest, near_peak):
-            slope = (near_peak - self.static[rest]) / near_batch
+        slope, static = self._nearest_slope(rest), self.static.get(rest)
+        if slope is None and static is not None and near_peak > static:
+            slope = (near_peak - static) / near_batch
         return None if slope is None else near_peak + slope * (batch - near_batch)
 
     def _nearest_slope(self, rest: Hashable) -> float | None:

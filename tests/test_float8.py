@@ -223,6 +223,19 @@ def test_fp8_encoders_convert_their_linears_whose_sides_are_multiples_of_16():
     assert float8_inference.plan(model) == (["0"], ["2"])  # 24 outputs: kept; the conv is not a linear
 
 
+def test_fp8_encoders_leave_inductors_settings_as_they_were(monkeypatch):
+    """torchao's inference configs switch on exhaustive kernel tuning for the whole process unless told
+    not to; the trained blocks' compile would then not end (H200). quantize_ is planted: no FP8 on a CPU."""
+    import torchao.quantization
+
+    from benchbay.knobs import float8_inference
+
+    seen = []
+    monkeypatch.setattr(torchao.quantization, "quantize_", lambda module, config, filter_fn: seen.append(config))
+    counts = float8_inference.convert(nn.Sequential(nn.Linear(32, 64)), "tensorwise")
+    assert counts == {"converted": 1, "kept": 0} and seen[0].set_inductor_config is False
+
+
 @pytest.mark.slow  # five Wan VAE encodes on a CPU: ~13 s a case
 @pytest.mark.parametrize("perturbed, expected", [(False, "faithful"), (True, "lossy")])
 def test_the_encoders_outputs_against_bf16_join_compute_fidelity(monkeypatch, perturbed, expected):
@@ -257,6 +270,8 @@ def test_the_encoders_outputs_against_bf16_join_compute_fidelity(monkeypatch, pe
 def test_fp8_encoders_run_in_the_step_and_say_what_they_changed(recipe):
     """On the device: the tiny preset's encoders quantized by torchao, a step trains, and the record has
     the encoders' output fidelity (a verdict either way: FP8 is not bf16's arithmetic)."""
+    import torch._inductor.config as inductor_config
+
     from benchbay.collect.compute_fidelity import FROZEN_VERDICT
     from benchbay.workloads.dreamzero.workload import DreamZero
 
@@ -272,3 +287,4 @@ def test_fp8_encoders_run_in_the_step_and_say_what_they_changed(recipe):
     step.fidelity.start_window()
     extra = step.fidelity.compute.summary()["extra"]
     assert extra["encoders_float8_converted"] > 0 and extra[FROZEN_VERDICT] in ("faithful", "lossy")
+    assert not inductor_config.coordinate_descent_tuning  # the blocks' compile tunes as without FP8

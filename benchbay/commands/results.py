@@ -56,8 +56,9 @@ def cmd_report(args) -> int:
             raise ValueError(f"--emit-suite: one tune run, got {len(tuned)} among {len(runs)} run(s)")
         console.print(f"suite: {emit_suite(tuned[0], writable_file(args.emit_suite, '--emit-suite'))}")
     metas, frame = suite_metas(runs), load_runs(runs)
+    reported = sorted(set(frame["suite"])) if "suite" in frame else []
     for path in args.suite:  # the user's own file, read as `run` reads it
-        suite, reported = load(path), sorted(set(frame["suite"])) if "suite" in frame else []
+        suite = load(path)
         if suite.name not in reported:
             raise ValueError(f"{path}: --suite: suite {suite.name!r} ran none of the runs reported "
                              f"(their suites: {', '.join(reported) or 'none'})")

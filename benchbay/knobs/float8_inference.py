@@ -48,8 +48,8 @@ def convert(module: nn.Module, recipe: str) -> dict[str, Any]:
     chosen = set(converted)
     granularity = PerRow() if recipe == "rowwise" else PerTensor()
     # set_inductor_config would switch on inductor's exhaustive coordinate-descent tuning for the whole
-    # process: the trained blocks' compile then benchmarks every kernel in every direction, and the
-    # first step did not end in 390 s (H200) where it took 100 s without the FP8 encoders
+    # process, so the trained blocks' compile would benchmark every kernel in every direction: the likely
+    # reason a first step with the FP8 encoders did not end in 390 s on an H200 (100 s without them)
     config = Float8DynamicActivationFloat8WeightConfig(granularity=granularity, set_inductor_config=False)
     quantize_(module, config, filter_fn=lambda _, fqn: fqn in chosen)
     return {"converted": len(converted), "kept": len(kept)}

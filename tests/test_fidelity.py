@@ -563,6 +563,9 @@ def test_the_fidelity_cell_shows_the_compute_verdict_beside():
     assert with_compute("faithful (1.00)", "lossy", 0.97123) == "faithful (1.00); compute lossy (0.9712)"
     assert with_compute("faithful (1.00)", None, float("nan")) == "faithful (1.00)"  # older records
     assert with_compute("lossy (0.15)", "faithful", float("nan")) == "lossy (0.15); compute faithful"
+    # a record whose reference did not fit (Wall-X's FP8 points at mbs 48-64 on an H200) says so
+    assert with_compute("faithful (1.00)", None, float("nan"), skipped=True) == "faithful (1.00); compute not measured"
+    assert with_compute("faithful (1.00)", "lossy", float("nan"), skipped=True) == "faithful (1.00); compute lossy"
 
 
 def test_the_reference_is_freed_before_the_measured_steps_without_waiting_for_a_collection():

@@ -153,7 +153,8 @@ def _summarise_point(rows: pd.DataFrame, carried: Sequence[str]) -> dict[str, An
     command = "workload" in ok and bool((ok["workload"] == "command").any())
     out["fidelity"] = with_compute(fidelity_label(out[rec.UPDATE_APPLIED_SHARE], out[rec.UPDATE_APPLIED_SHARE_SE],
                                                   trains=_has_losses(out.get(rec.LOSSES)), command=command),
-                                   out.get("extra.compute_fidelity"), out[rec.COMPUTE_GRADIENT_COSINE])
+                                   out.get("extra.compute_fidelity"), out[rec.COMPUTE_GRADIENT_COSINE],
+                                   skipped=isinstance(out.get("extra.compute_fidelity_skipped"), str))
     return out
 
 

@@ -28,9 +28,13 @@ def verdict(share: float | None, se: float | None) -> str | None:
     return "uncertain"
 
 
-def with_compute(label: str, compute: str | None, cosine: float | None) -> str:
+def with_compute(label: str, compute: str | None, cosine: float | None, skipped: bool = False) -> str:
     """The fidelity cell: the update's label, then compute fidelity's verdict and the gradients' cosine
-    to the reference (``faithful (1.00); compute lossy (0.9712)``) where it was measured."""
+    to the reference (``faithful (1.00); compute lossy (0.9712)``) where it was measured, ``compute not
+    measured`` where the record says it could not be (a reference that did not fit), so that the
+    update's verdict alone does not read as both."""
+    if (not isinstance(compute, str) or not compute) and skipped:
+        return f"{label}; compute not measured" if label else "compute not measured"
     if not isinstance(compute, str) or not compute:
         return label
     figure = f" ({cosine:.4f})" if isinstance(cosine, float) and math.isfinite(cosine) else ""

@@ -225,7 +225,8 @@ def test_fp8_encoders_convert_their_linears_whose_sides_are_multiples_of_16():
 
 def test_fp8_encoders_leave_inductors_settings_as_they_were(monkeypatch):
     """torchao's inference configs switch on exhaustive kernel tuning for the whole process unless told
-    not to, likely why the trained blocks' compile did not end (H200). quantize_ is planted: no FP8 on a CPU."""
+    not to: why the trained blocks' compile did not end (H200; told not to, it did). quantize_ is planted:
+    no FP8 on a CPU."""
     import torchao.quantization
 
     from benchbay.knobs import float8_inference

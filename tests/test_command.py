@@ -202,6 +202,16 @@ def test_a_command_that_is_not_found_is_one_error_before_any_point_runs(tmp_path
         load(write_suite(tmp_path / "missing.yaml", text))
 
 
+def test_a_suite_only_read_needs_no_program_here(tmp_path):
+    """A report's --suite reads the suite of runs made on another machine (lerobot-train on a GPU host):
+    its program need not be installed where the report is made; the rest is still checked."""
+    text = command_suite(tmp_path).read_text().replace('"{python}"', "no-such-program-here")
+    suite = load(write_suite(tmp_path / "elsewhere.yaml", text), runnable=False)
+    assert suite.params["argv"][0] == "no-such-program-here"
+    with pytest.raises(SuiteError, match=r"argv\[3\]: placeholders naming a knob"):
+        load(write_suite(tmp_path / "bad.yaml", text.replace('"{mbs}"', '"{nope}"')), runnable=False)
+
+
 @pytest.mark.parametrize(("change", "expected"), [
     (('"{mbs}"', '"{mbs.__class__}"'), r"argv\[3\]: placeholders naming a knob"),
     (('"{mbs}"', '"{nope}"'), r"argv\[3\]: placeholders naming a knob"),

@@ -73,3 +73,15 @@ def test_the_guides_h200_figures_are_the_records():
         f"{rate[0]:.2f} samples/s with two loader workers against {rate[1]:.2f} without ({rate[0] / rate[1]:.2f}x): "
         f"without them it waits {1000 * sum(waits) / len(waits):.1f} ms of its "
         f"{1000 * plain.metrics['step_time_mean_s']:.1f}-ms step for the batch")
+
+
+def test_its_report_reads_the_suite_file_where_lerobot_train_is_not_installed(run, tmp_path):
+    """`benchbay report --suite suites/lerobot-train.yaml`, here, where no lerobot-train is on PATH."""
+    import shutil
+
+    from benchbay.cli import main
+
+    assert shutil.which("lerobot-train") is None
+    out = tmp_path / "report"
+    assert main(["report", str(run), "--out", str(out), "--suite", str(ROOT / "suites/lerobot-train.yaml")]) == 0
+    assert "bs8-workers2" in (out / "report.md").read_text()

@@ -57,8 +57,8 @@ def cmd_report(args) -> int:
         console.print(f"suite: {emit_suite(tuned[0], writable_file(args.emit_suite, '--emit-suite'))}")
     metas, frame = suite_metas(runs), load_runs(runs)
     reported = sorted(set(frame["suite"])) if "suite" in frame else []
-    for path in args.suite:  # the user's own file, read as `run` reads it
-        suite = load(path)
+    for path in args.suite:  # the user's own file, read as `run` reads it, but not run here
+        suite = load(path, runnable=False)
         if suite.name not in reported:
             raise ValueError(f"{path}: --suite: suite {suite.name!r} ran none of the runs reported "
                              f"(their suites: {', '.join(reported) or 'none'})")

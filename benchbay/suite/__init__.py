@@ -84,14 +84,15 @@ def _bounded_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
-def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Suite:
-    """Read, override (``key.path=value``) and validate a suite file; raises SuiteError."""
+def load(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, runnable: bool = True) -> Suite:
+    """Read, override (``key.path=value``) and validate a suite file; raises SuiteError. ``runnable=False``:
+    read, not to be run here (a command's program need not be on PATH)."""
     raw = read(path)
     for item in overrides:
         _apply_override(raw, item, str(path))
     if overrides:  # a --set value's aliases expand as a file's do
         _bounded_size(raw, str(path))
-    return from_dict(raw, str(path))
+    return from_dict(raw, str(path), runnable=runnable)
 
 
 def name_of(path: str | Path) -> str:

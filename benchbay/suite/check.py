@@ -50,8 +50,10 @@ _TOP_KEYS = {"name", "description", "workload", "knobs", "sweep", "steps", "repe
              "price_per_gpu_hour", "tune"}
 
 
-def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
-    v = Validator(file)
+def from_dict(raw: dict[str, Any], file: str = "<suite>", *, runnable: bool = True) -> Suite:
+    """The suite ``raw`` holds, validated; ``runnable=False`` for a suite only read (a report's
+    ``--suite``), not run here: a command workload's program need not be on this machine."""
+    v = Validator(file, runnable)
     for key in raw:
         if key not in _TOP_KEYS:
             v.error(key, f"a known key: {sorted(_TOP_KEYS)}")
@@ -140,8 +142,8 @@ def from_dict(raw: dict[str, Any], file: str = "<suite>") -> Suite:
 
 
 class Validator:
-    def __init__(self, file: str):
-        self.file = file
+    def __init__(self, file: str, runnable: bool = True):
+        self.file, self.runnable = file, runnable
         self.problems: list[Problem] = []
 
     def error(self, key: str, expected: str) -> None:
@@ -213,7 +215,8 @@ class Validator:
         if cls.name == "command":
             from benchbay.workloads.command import check
 
-            check(params, lambda key, expected: self.error(key.replace("workload", where, 1), expected))
+            check(params, lambda key, expected: self.error(key.replace("workload", where, 1), expected),
+                  programs=self.runnable)
         for key, value in params.items():
             here = f"{where}.params.{key}"
             if key not in cls.params:

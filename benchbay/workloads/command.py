@@ -371,13 +371,14 @@ def _findable(program: str, cwd: Any) -> bool:
     return shutil.which(program) is not None or (os.sep in program and (folder / program).is_file())
 
 
-def check(params: dict[str, Any], error) -> None:
-    """A command's params: ``error(key, expected)`` for each problem (the suite's Validator)."""
+def check(params: dict[str, Any], error, programs: bool = True) -> None:
+    """A command's params: ``error(key, expected)`` for each problem (the suite's Validator); with
+    ``programs``, its program must be found here (a suite to run, not only read)."""
     argv = params.get("argv")
     if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
         error("workload.params.argv", f"a non-empty list of strings, got {argv!r}")
         argv = []
-    elif "{" not in argv[0] and not _findable(argv[0], params.get("cwd")):
+    elif programs and "{" not in argv[0] and not _findable(argv[0], params.get("cwd")):
         error("workload.params.argv[0]", f"a command on PATH or a file, got {argv[0]!r}: not found")
     env = params.get("env", {})
     if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, (str, int, float)) and

@@ -609,3 +609,52 @@ def test_compute_fidelity_runs_before_the_last_warm_up_step_after_the_first(monk
     assert result.status == Status.OK, result.reason
     assert at[0] == measured_at  # the first call measures; a later one finds its figures
     assert result.extra["compute_fidelity"] == "faithful"
+
+
+def test_a_reference_that_runs_out_of_memory_goes_again_with_every_block_recomputed(monkeypatch):
+    """The estimate takes the point's compiled working memory for the reference's eager one, which holds
+    more (Wall-X at mbs 48 on an H200 ran out): the reference goes once more, every block recomputed,
+    from a fresh copy and the same draws, and measures the same gradients."""
+    passes = []
+    first_pass = compute_fidelity.ComputeFidelity._reference_gradients
+
+    def out_of_memory_unless_full(self, batch, no_grad):
+        passes.append(self.reference_recompute)
+        if self.reference_recompute != "full":
+            first_pass(self, batch, no_grad)  # the pass runs (and fills its copy), then the card is full
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 MiB.")
+        return first_pass(self, batch, no_grad)
+
+    monkeypatch.setattr(compute_fidelity.ComputeFidelity, "_reference_gradients", out_of_memory_unless_full)
+    out = measured(*tiny(recompute="off"))
+    assert passes == ["off", "full"]
+    assert out["extra"]["compute_fidelity"] == "faithful"
+    assert out["metrics"]["compute_gradient_cosine"] == pytest.approx(1.0, abs=1e-12)
+    assert "recompute=full" in out["extra"]["compute_fidelity_sample"]
+
+
+def test_a_reference_that_runs_out_of_memory_recomputing_every_block_says_so(monkeypatch):
+    passes = []
+
+    def out_of_memory(self, batch, no_grad):
+        passes.append(self.reference_recompute)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 MiB.")
+
+    monkeypatch.setattr(compute_fidelity.ComputeFidelity, "_reference_gradients", out_of_memory)
+    out = measured(*tiny(recompute="full"))  # nothing else to try
+    assert passes == ["full"]
+    assert out["extra"]["compute_fidelity_skipped"].startswith("not measured: the reference pass failed: OutOfMemory")
+
+
+def test_a_reference_that_fails_otherwise_does_not_go_again(monkeypatch):
+    passes = []
+
+    def broken(self, batch, no_grad):
+        passes.append(self.reference_recompute)
+        raise RuntimeError("the reference cannot run this")
+
+    monkeypatch.setattr(compute_fidelity.ComputeFidelity, "_reference_gradients", broken)
+    out = measured(*tiny(recompute="off"))
+    assert passes == ["off"]
+    assert out["extra"]["compute_fidelity_skipped"] == (
+        "not measured: the reference pass failed: RuntimeError: the reference cannot run this")

@@ -27,7 +27,8 @@ peak memory is reset; the random state is restored after. (Run before the first 
 cost that step 25-95 ms of Wall-X's 438 ms on an H100: wallx-probe-crosscheck, run -091850-ad88;
 before the last warm-up step, that step took 4-6 ms more and the first measured one none: -093050-7450.)
 Where the copies and a step's working memory would not fit in the free device memory, the
-reference recomputes every block; where the copies alone would not (the 14B on one card may not),
+reference recomputes every block, as it does once more when it runs out of memory all the same (eager
+may hold more than the point's compiled step); where the copies alone would not (the 14B on one card may not),
 it is not measured and the record says why, as it does where the
 point's random draws differ from eager's (compiled random ops draw from inductor's own generator).
 """
@@ -88,6 +89,14 @@ class Reference:
             return cls(None, f"the model cannot be copied for the reference: {type(exc).__name__}: {exc}")
         regions = {name: [memo[id(b)] for b in blocks] for name, blocks in parts.regions.items()}
         return cls(dataclasses.replace(parts, model=model, regions=regions, frozen=[]))
+
+    def fresh(self) -> ModelParts:
+        """A copy of the captured model to measure with (its parameters still on the meta device): a
+        pass that ran out of memory leaves its copy wrapped and filled, and a second pass takes another."""
+        memo: dict[int, Any] = {id(b): b for b in self.parts.model.buffers()}  # shared: not copied twice
+        model = copy.deepcopy(self.parts.model, memo)
+        regions = {name: [memo[id(b)] for b in blocks] for name, blocks in self.parts.regions.items()}
+        return dataclasses.replace(self.parts, model=model, regions=regions)
 
 
 def sample(parts: ModelParts) -> dict[str, str]:
@@ -222,20 +231,27 @@ class ComputeFidelity:
         for p in self.model.parameters():
             p.grad = None
         _set_rng_state(start, self.device)
-        reason = self._fits(working)
-        if reason is not None and self.reference_recompute != "full" and any(self.reference.parts.regions.values()):
+        reason, regions = self._fits(working), any(self.reference.parts.regions.values())
+        if reason is not None and self.reference_recompute != "full" and regions:
             # every block recomputed replays the same ops, so the same gradients, holding a block's
             # activations at a time: the reference of a point whose batch fills the card still fits
             self.reference_recompute, reason = "full", self._fits(0)
         if not _everyone(reason is None, self.device):
             return {}, reason or "another rank's reference did not fit in its free memory"
-        try:
-            reference = self._reference_gradients(batch, no_grad)
-            reason = None if _same(drawn, _rng_state(self.device)) else (
-                "the point draws its random numbers otherwise than eager (compiled random ops use inductor's "
-                "own generator): its gradients are of other noise")
-        except Exception as exc:  # an OOM or what the reference cannot run: the measured steps are not affected
-            reference, reason = {}, f"the reference pass failed: {type(exc).__name__}: {str(exc)[:300]}"
+        reference, reason, out_of_memory = self._reference_pass(batch, no_grad, drawn)
+        # every rank decides alike (their passes gather shards together): all may go again or none
+        failed = not _everyone(reason is None, self.device)
+        again = _everyone((reason is None or out_of_memory) and self.reference_recompute != "full" and regions,
+                          self.device)
+        if failed and again:
+            # eager may hold more of a step than the point's compiled code, which the estimate goes by (Wall-X
+            # at mbs 48 ran out on an H200): once more with every block recomputed, from the same draws
+            gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            _set_rng_state(start, self.device)
+            self.reference_recompute = "full"
+            reference, reason, _ = self._reference_pass(batch, no_grad, drawn)
         if not _everyone(reason is None, self.device):
             return {}, reason or "another rank's reference pass failed"
         if self.knobs["sharding"] != "none":
@@ -243,10 +259,23 @@ class ComputeFidelity:
         by_group, overall = compare(point, reference, self.groups)
         return {"groups": by_group, "overall": overall}, None
 
+    def _reference_pass(self, batch: Any, no_grad: list[str],
+                        drawn: list[torch.Tensor]) -> tuple[dict[str, torch.Tensor], str | None, bool]:
+        """The reference's sampled gradients, or why not; whether it ran out of memory."""
+        try:
+            reference = self._reference_gradients(batch, no_grad)
+        except Exception as exc:  # an OOM or what the reference cannot run: the measured steps are not affected
+            oom = isinstance(exc, torch.OutOfMemoryError)
+            return {}, f"the reference pass failed: {type(exc).__name__}: {str(exc)[:300]}", oom
+        if not _same(drawn, _rng_state(self.device)):
+            return {}, ("the point draws its random numbers otherwise than eager (compiled random ops use "
+                        "inductor's own generator): its gradients are of other noise"), False
+        return reference, None, False
+
     def _reference_gradients(self, batch: Any, no_grad: list[str]) -> dict[str, torch.Tensor]:
         """The reference's sampled gradients; ``untrained``: which of ``no_grad`` (the point's trainable
         tensors without a gradient) get a non-zero one here."""
-        parts = self.reference.parts
+        parts = self.reference.fresh()
         self._materialise(parts.model)
         recompute.apply(parts, self.reference_recompute, reentrant=self.knobs["recompute_impl"] == "reentrant")
         if self._lifted():

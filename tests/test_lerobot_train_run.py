@@ -61,15 +61,14 @@ def test_the_loaders_workers_do_not_change_the_losses(run, records):
 def test_the_guides_h200_figures_are_the_records():
     """docs/guide.md's lerobot-train sentence: batch 8 with and without loader workers, and the wait for
     the batch (lerobot-train's data_s) over the measured steps, from the H200 run it names."""
-    import re
+    from tests.test_readme_figures import marked
 
     records = {r.label: r for r in store.typed_records(ROOT / "results/lerobot-train/20261207-042421-cb4c")}
     plain, workers = records["bs8"], records["bs8-workers2"]
     rate = [r.metrics["samples_per_s_per_gpu"] for r in (workers, plain)]
     warmup = int(plain.metrics["warmup_steps"])
     waits = plain.series[DATA_WAITS_S][warmup:]
-    said = re.search(r"<!-- lerobot-h200 -->(.*?)<!-- /lerobot-h200 -->", (ROOT / "docs/guide.md").read_text(), re.S)
-    assert " ".join(said.group(1).split()) == (
+    assert " ".join(marked("lerobot-h200", ROOT / "docs/guide.md").split()) == (
         f"{rate[0]:.2f} samples/s with two loader workers against {rate[1]:.2f} without ({rate[0] / rate[1]:.2f}x): "
         f"without them it waits {1000 * sum(waits) / len(waits):.1f} ms of its "
         f"{1000 * plain.metrics['step_time_mean_s']:.1f}-ms step for the batch")

@@ -33,9 +33,9 @@ def with_compute(label: str, compute: str | None, cosine: float | None, skipped:
     to the reference (``faithful (1.00); compute lossy (0.9712)``) where it was measured, ``compute not
     measured`` where the record says it could not be (a reference that did not fit), so that the
     update's verdict alone does not read as both."""
-    if (not isinstance(compute, str) or not compute) and skipped:
-        return f"{label}; compute not measured" if label else "compute not measured"
     if not isinstance(compute, str) or not compute:
-        return label
+        if not skipped:
+            return label
+        compute, cosine = "not measured", None
     figure = f" ({cosine:.4f})" if isinstance(cosine, float) and math.isfinite(cosine) else ""
     return f"{label}; compute {compute}{figure}" if label else f"compute {compute}{figure}"

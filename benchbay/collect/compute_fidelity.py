@@ -84,19 +84,22 @@ class Reference:
         memo: dict[int, Any] = {id(p): nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
                                 for p in parts.model.parameters()}
         try:
-            model = copy.deepcopy(parts.model, memo)
+            return cls(dataclasses.replace(_copied(parts, memo), frozen=[]))
         except Exception as exc:  # an attribute that cannot be copied (a handle, a CUDA graph)
             return cls(None, f"the model cannot be copied for the reference: {type(exc).__name__}: {exc}")
-        regions = {name: [memo[id(b)] for b in blocks] for name, blocks in parts.regions.items()}
-        return cls(dataclasses.replace(parts, model=model, regions=regions, frozen=[]))
 
     def fresh(self) -> ModelParts:
         """A copy of the captured model to measure with (its parameters still on the meta device): a
         pass that ran out of memory leaves its copy wrapped and filled, and a second pass takes another."""
-        memo: dict[int, Any] = {id(b): b for b in self.parts.model.buffers()}  # shared: not copied twice
-        model = copy.deepcopy(self.parts.model, memo)
-        regions = {name: [memo[id(b)] for b in blocks] for name, blocks in self.parts.regions.items()}
-        return dataclasses.replace(self.parts, model=model, regions=regions)
+        return _copied(self.parts, {id(b): b for b in self.parts.model.buffers()})  # buffers shared, not copied
+
+
+def _copied(parts: ModelParts, memo: dict[int, Any]) -> ModelParts:
+    """``parts`` with its model deep-copied through ``memo`` (what it maps stays as mapped) and its
+    regions' blocks those of the copy."""
+    model = copy.deepcopy(parts.model, memo)
+    regions = {name: [memo[id(b)] for b in blocks] for name, blocks in parts.regions.items()}
+    return dataclasses.replace(parts, model=model, regions=regions)
 
 
 def sample(parts: ModelParts) -> dict[str, str]:

@@ -2,6 +2,8 @@
 which it keeps in bf16 on each workload, at toy and at real width (real width built on the meta
 device: no memory, no kernels); the conversion itself on the meta device; training with it on a GPU."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -63,7 +65,8 @@ def test_a_batch_whose_rows_no_fp8_weight_gradient_takes_is_refused(recipe, monk
         reason = float8.skip_reason({"float8": recipe, "mbs": mbs}, cuda, rows)
         assert reason.startswith(f"float8={recipe} at mbs {mbs} converts no linear")
         assert f"(15940 x {mbs}, 257 x {mbs})" in reason
-        assert reason.endswith("use rowwise_with_gw_hp or an mbs that is a multiple of 4")
+        assert reason.endswith("use rowwise_with_gw_hp, float8_pad_rows=True or an mbs that is a multiple of 4")
+        assert float8.skip_reason({"float8": recipe, "mbs": mbs, "float8_pad_rows": True}, cuda, rows) is None
     assert float8.skip_reason({"float8": recipe, "mbs": 16}, cuda, rows) is None  # attn.q fits from 4, attn.k at 16
     assert float8.skip_reason({"float8": recipe, "mbs": 4}, cuda, rows) is None
     # the weight gradient's GEMM in bf16 takes any rows; a workload that declares none is taken to fit
@@ -79,6 +82,51 @@ def test_the_14b_at_mbs_1_converts_only_the_prompts_keys_and_values():
     assert plan.converted == ["blocks.0.cross_attn.k", "blocks.0.cross_attn.v"]
     assert len(kept(plan, float8.ROWS)) == 10
     assert len(float8.plan(parts, "rowwise_with_gw_hp", rows).converted) == 12
+    # padded, every one converts under tensorwise: the ten over the 15,940 rows and CLIP's 257
+    padded = float8.plan(parts, "tensorwise", rows, pad_rows=True)
+    assert len(padded.converted) == 12 and kept(padded, float8.ROWS) == []
+    assert padded.padded == [f for f in padded.converted if f not in ("blocks.0.cross_attn.k", "blocks.0.cross_attn.v")]
+    assert padded.facts()["float8_padded"] == 10
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_padded_rows_change_no_output_and_no_gradient(recipe):
+    """On the CPU torchao's FP8 GEMM takes any rows: the padded linear must give the unpadded one's
+    outputs and gradients exactly (zero rows raise no amax and add nothing to the weight gradient)."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(64, 48)).to(torch.bfloat16)
+    padded = copy.deepcopy(plain)
+    for model in (plain, padded):
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe))
+    padded[0].__class__ = float8._rows_padded(type(padded[0]))
+    x = torch.randn(3, 10, 64, dtype=torch.bfloat16)  # 30 rows: 2 of padding
+    outs = []
+    for model in (plain, padded):
+        given = x.clone().requires_grad_()
+        out = model(given)
+        (out.float() ** 2).sum().backward()
+        outs.append((out, given.grad, model[0].weight.grad, model[0].bias.grad))
+    assert outs[1][0].shape == (3, 10, 48)
+    for a, b in zip(*outs, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_padding_is_refused_where_it_would_not_act():
+    cls = registry.resolve("dreamzero")
+    values = {**knob_table.defaults_for(cls), "float8_pad_rows": True}
+    for recipe in ("off", "rowwise_with_gw_hp"):  # the latter's weight gradient takes any rows
+        assert "acts only under float8=tensorwise or rowwise" in rules.skip_reason(
+            cls, {**values, "float8": recipe}, "cuda", 1)
+    parts = built("dreamzero", META, preset="dreamzero-5b", layers=1)
+    rows = workload("dreamzero", META, preset="dreamzero-5b").block_linear_rows()
+    with pytest.raises(rules.Refused, match="at mbs 16 every converted linear's rows are a multiple of 16"):
+        float8.apply(parts, {**values, "float8": "tensorwise", "mbs": 16}, rows)
+    facts = float8.apply(parts, {**values, "float8": "tensorwise", "mbs": 12}, rows)  # 257 x 12 rows padded
+    assert facts["float8_converted"] == 12 and facts["float8_padded"] == 2
+    assert type(parts.model.blocks[0].cross_attn.k_img).__name__ == "RowsPadded"
+    assert type(parts.model.blocks[0].cross_attn.k) is Float8Linear
 
 
 def kept(plan: float8.Plan, reason: str) -> list[str]:

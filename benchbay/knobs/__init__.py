@@ -45,6 +45,9 @@ GENERIC: dict[str, Knob] = {
                    "rowwise_with_gw_hp (weight gradients in bf16, most accurate); first and last layers, heads, adaLN "
                    "and small or odd shapes stay bf16 (docs/fp8.md); needs CUDA compute capability >= 8.9",
                    ("off", "tensorwise", "rowwise", "rowwise_with_gw_hp")),
+    "float8_pad_rows": Knob(False, "float8=tensorwise or rowwise: a block linear whose rows in a batch are not a "
+                            "multiple of 16 converts too, its input padded with zero rows that change no output "
+                            "kept and no gradient (without it such a linear stays bf16)", (False, True)),
     "optimizer": Knob("adamw", "; ".join(f"{c.name}: {c.help}" for c in OPTIMIZERS.values()),
                       tuple(OPTIMIZERS)),
     "recompute": Knob("off", "activation checkpointing per block: full, selective (matmul and attention outputs "

@@ -26,7 +26,11 @@ Which linears stay in bf16, and why (``plan``; the record keeps both lists, ``fa
   ``block_linear_rows``, times mbs) are not a multiple of 16, under the recipes whose weight-gradient
   GEMM is FP8 (tensorwise, rowwise): that GEMM runs over the rows, and inductor refuses it otherwise
   (H200: DreamZero-5B's ``k_img``/``v_img`` over CLIP's 257 tokens at mbs 12). rowwise_with_gw_hp
-  keeps that GEMM in bf16 and converts at any batch. Undeclared linears are taken to fit.
+  keeps that GEMM in bf16 and converts at any batch. Undeclared linears are taken to fit. With
+  ``float8_pad_rows`` such a linear converts too: its input gets zero rows up to the next multiple of
+  16 and its output loses them again (``RowsPadded``). Zero rows raise no amax, so every scale, every
+  output kept and the weight gradient are those of the unpadded rows (DreamZero-14B's 15,940 tokens a
+  sample: tensorwise at mbs 1).
 
 A value that leaves nothing to convert is refused: before the model is built where no declared
 linear's rows fit the batch (with the batch that would), else as it is applied (``Refused``: Wall-X
@@ -47,6 +51,7 @@ below compute capability 8.9 (no FP8 tensor cores).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from typing import TYPE_CHECKING, Any
@@ -79,10 +84,12 @@ class Plan:
     converted: list[str]
     kept: dict[str, list[str]]
     patterns: dict[str, str]
+    padded: list[str] = dataclasses.field(default_factory=list)  # converted, their rows padded to 16
 
     def facts(self) -> dict[str, Any]:
         """What a record keeps: the counts, and the kept linears by reason, one pattern for every block."""
-        return {"float8_converted": len(self.converted), "float8_kept": sum(map(len, self.kept.values())),
+        return {"float8_converted": len(self.converted), "float8_padded": len(self.padded),
+                "float8_kept": sum(map(len, self.kept.values())),
                 "float8_kept_linears": {reason: list(dict.fromkeys(self.patterns[f] for f in fqns))
                                         for reason, fqns in self.kept.items() if fqns}}
 
@@ -91,11 +98,13 @@ def skip_reason(knobs: dict[str, Any], device: torch.device, rows: dict[str, int
     """Below compute capability 8.9 (the device type is checked before the point's process: rules.py),
     or a batch that leaves none of the declared linears (``rows``: a sample's) to convert."""
     recipe, mbs = knobs["float8"], knobs["mbs"]
-    if recipe in FP8_WEIGHT_GRADIENT and rows and all(r * mbs % 16 for r in rows.values()):
+    padded = knobs.get("float8_pad_rows", False)
+    if recipe in FP8_WEIGHT_GRADIENT and rows and not padded and all(r * mbs % 16 for r in rows.values()):
         fits = min(16 // math.gcd(16, r) for r in rows.values())
         return (f"float8={recipe} at mbs {mbs} converts no linear: every one takes rows a batch that are not "
                 f"a multiple of 16 ({', '.join(sorted({f'{r} x {mbs}' for r in rows.values()}))}), which its "
-                f"FP8 weight-gradient GEMM needs; use rowwise_with_gw_hp or an mbs that is a multiple of {fits}")
+                f"FP8 weight-gradient GEMM needs; use rowwise_with_gw_hp, float8_pad_rows=True or an mbs that is "
+                f"a multiple of {fits}")
     return below_capability("float8", recipe, device)
 
 
@@ -111,9 +120,10 @@ def below_capability(name: str, recipe: str, device: torch.device) -> str | None
     return None
 
 
-def plan(parts: ModelParts, recipe: str, rows: dict[str, int] | None = None) -> Plan:
+def plan(parts: ModelParts, recipe: str, rows: dict[str, int] | None = None, pad_rows: bool = False) -> Plan:
     """Which of ``parts.model``'s linears ``recipe`` converts, and why each other one stays in bf16
-    (``rows``: a batch's rows of the blocks' linears, by name inside a block)."""
+    (``rows``: a batch's rows of the blocks' linears, by name inside a block; ``pad_rows``: those
+    whose rows are not a multiple of 16 convert, padded)."""
     from torchao.float8 import _auto_filter_for_recipe
 
     # torchao has no thresholds of its own for rowwise_with_gw_hp: its forward and grad-input GEMMs are rowwise's
@@ -134,12 +144,14 @@ def plan(parts: ModelParts, recipe: str, rows: dict[str, int] | None = None) -> 
             out.kept[FROZEN].append(fqn)
         elif in_features % 16 or out_features % 16:
             out.kept[NOT_16].append(fqn)
-        elif rows.get(fqn.removeprefix(block), 0) % 16:
+        elif rows.get(fqn.removeprefix(block), 0) % 16 and not pad_rows:
             out.kept[ROWS].append(fqn)
         elif not large_enough(module, fqn):
             out.kept[SMALL].append(fqn)
         else:
             out.converted.append(fqn)
+            if rows.get(fqn.removeprefix(block), 0) % 16:
+                out.padded.append(fqn)
     return out
 
 
@@ -161,11 +173,30 @@ def apply(parts: ModelParts, knobs: dict[str, Any], rows: dict[str, int]) -> dic
         return {}
     from torchao.float8 import convert_to_float8_training
 
-    chosen = plan(parts, recipe, {name: r * knobs["mbs"] for name, r in rows.items()})
+    chosen = plan(parts, recipe, {name: r * knobs["mbs"] for name, r in rows.items()}, knobs["float8_pad_rows"])
     if not chosen.converted:
         kept = "; ".join(f"{len(fqns)} {reason}" for reason, fqns in chosen.kept.items() if fqns)
         raise Refused(f"float8={recipe} at mbs {knobs['mbs']} converts no linear of this model ({kept})")
+    if knobs["float8_pad_rows"] and not chosen.padded:
+        raise Refused(f"float8_pad_rows=True: at mbs {knobs['mbs']} every converted linear's rows are a multiple "
+                      "of 16 already (nothing to pad)")
     converted = set(chosen.converted)
     convert_to_float8_training(parts.model, module_filter_fn=lambda _, fqn: fqn in converted,
                                config=config(recipe, knobs))
+    modules = dict(parts.model.named_modules())
+    for fqn in chosen.padded:
+        modules[fqn].__class__ = _rows_padded(type(modules[fqn]))
     return chosen.facts()
+
+
+@functools.cache
+def _rows_padded(float8_linear: type) -> type:
+    """``float8_linear`` (torchao's Float8Linear, imported only where the knob is on) over zero-padded rows."""
+
+    class RowsPadded(float8_linear):
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            rows = input.shape[:-1].numel()
+            flat = nn.functional.pad(input.reshape(rows, input.shape[-1]), (0, 0, 0, -rows % 16))
+            return super().forward(flat)[:rows].reshape(*input.shape[:-1], -1)
+
+    return RowsPadded

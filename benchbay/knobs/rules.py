@@ -56,6 +56,8 @@ _MODIFIERS = (
      "ZeRO-2's split of the CPU-offloaded optimizer acts only with offload=optimizer and sharding=none"),
     ("replicate", lambda k: k["sharding"] == "fsdp2_hybrid", "replica groups act only with sharding=fsdp2_hybrid"),
     ("recompute_impl", lambda k: k["recompute"] != "off", "the checkpoint implementation acts only with recompute on"),
+    ("float8_pad_rows", lambda k: k["float8"] in ("tensorwise", "rowwise"),
+     "padding rows acts only under float8=tensorwise or rowwise, whose weight-gradient GEMM is FP8"),
 )
 DDP_KNOBS = ("ddp_static_graph", "ddp_gradient_as_bucket_view", "ddp_bucket_cap_mb", "ddp_find_unused_parameters")
 

@@ -144,13 +144,13 @@ def plan(parts: ModelParts, recipe: str, rows: dict[str, int] | None = None, pad
             out.kept[FROZEN].append(fqn)
         elif in_features % 16 or out_features % 16:
             out.kept[NOT_16].append(fqn)
-        elif rows.get(fqn.removeprefix(block), 0) % 16 and not pad_rows:
+        elif (uneven := rows.get(fqn.removeprefix(block), 0) % 16) and not pad_rows:
             out.kept[ROWS].append(fqn)
         elif not large_enough(module, fqn):
             out.kept[SMALL].append(fqn)
         else:
             out.converted.append(fqn)
-            if rows.get(fqn.removeprefix(block), 0) % 16:
+            if uneven:
                 out.padded.append(fqn)
     return out
 
@@ -183,9 +183,9 @@ def apply(parts: ModelParts, knobs: dict[str, Any], rows: dict[str, int]) -> dic
     converted = set(chosen.converted)
     convert_to_float8_training(parts.model, module_filter_fn=lambda _, fqn: fqn in converted,
                                config=config(recipe, knobs))
-    modules = dict(parts.model.named_modules())
     for fqn in chosen.padded:
-        modules[fqn].__class__ = _rows_padded(type(modules[fqn]))
+        module = parts.model.get_submodule(fqn)
+        module.__class__ = _rows_padded(type(module))
     return chosen.facts()
 
 

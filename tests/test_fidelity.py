@@ -538,25 +538,25 @@ devices: {{type: cpu, nproc: 2}}
 
 @pytest.mark.gpu
 def test_its_passes_stay_out_of_the_measured_peak_memory(monkeypatch):
+    """A reference pass that holds a GiB more leaves the measured peak as it was: the passes run before
+    the peak is reset. (Both points measure: one whose compute fidelity does not run keeps other
+    memory, 16 MiB more on an H100 at width 1024, and would not say what this test asks.)"""
     reference_pass = compute_fidelity.ComputeFidelity._reference_gradients
 
-    def with_a_gib_more(self, batch, no_grad):  # a reference far larger than the point's step
-        held = torch.empty(1 << 28, device="cuda")  # noqa: F841 (held through the pass)
-        return reference_pass(self, batch, no_grad)
+    def peak(held_gib: int) -> float:
+        def holding(self, batch, no_grad):  # a reference far larger than the point's step
+            held = torch.empty(held_gib << 28, device="cuda")  # noqa: F841 (held through the pass)
+            return reference_pass(self, batch, no_grad)
 
-    monkeypatch.setattr(compute_fidelity.ComputeFidelity, "_reference_gradients", with_a_gib_more)
-
-    def peak(measure: bool) -> float:
-        if not measure:
-            monkeypatch.setattr(compute_fidelity.ComputeFidelity, "measure", lambda self, step: None)
+        monkeypatch.setattr(compute_fidelity.ComputeFidelity, "_reference_gradients", holding)
         spec = PointSpec(workload=TINY, params={"width": 1024}, knobs={"precision": "bf16", "mbs": 64},
                          steps=Steps(warmup=1, measure=2), device="cuda", timeout=300)
         out = InProcessLauncher().run(spec, Path(tempfile.gettempdir()))
         assert out.status == "ok", out.reason
-        assert ("compute_fidelity" in out.extra) == measure
+        assert out.extra["compute_fidelity"] == "faithful"
         return out.metrics["peak_mem_allocated_gib"]
 
-    assert peak(True) == pytest.approx(peak(False), abs=1 / 1024)  # GiB: the reference's GiB is not in it
+    assert peak(1) == pytest.approx(peak(0), abs=1 / 1024)  # GiB: the reference's GiB is not in it
 
 
 def test_the_fidelity_cell_shows_the_compute_verdict_beside():

@@ -31,6 +31,12 @@ def built(name: str, device: torch.device, **params):
     return workload(name, device, **params).build()
 
 
+def _skip_without_fp8_cores() -> None:
+    """In a ``gpu`` test (CUDA is there): skip below compute capability 8.9."""
+    if torch.cuda.get_device_capability() < float8.MIN_CAPABILITY:
+        pytest.skip("needs FP8 tensor cores")
+
+
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_refused_on_a_cpu_with_its_reason(recipe):
     values = {**knob_table.defaults_for(Tiny), "float8": recipe}
@@ -120,8 +126,7 @@ def test_padded_rows_run_compiled_on_the_gpu_as_zero_rows_given_by_hand(recipe):
     what the same linear gives for those rows with 2 zero rows appended by hand."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < float8.MIN_CAPABILITY:
-        pytest.skip("needs FP8 tensor cores")
+    _skip_without_fp8_cores()
     torch.manual_seed(0)
     by_hand = nn.Sequential(nn.Linear(1024, 512)).to("cuda", torch.bfloat16)
     padded = copy.deepcopy(by_hand)
@@ -255,8 +260,7 @@ def test_fsdp2_gathers_tensorwise_weights_in_fp8_only():
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_fp8_blocks_train_and_record_what_they_converted(recipe):
     cuda = torch.device("cuda")
-    if torch.cuda.get_device_capability() < float8.MIN_CAPABILITY:
-        pytest.skip("needs FP8 tensor cores")
+    _skip_without_fp8_cores()
     # FP8 GEMMs need every dimension a multiple of 16: the batch's rows too (the weight gradient's inner one)
     values = {**knob_table.defaults_for(Tiny), "float8": recipe, "precision": "bf16_mixed", "mbs": 16}
     workload = Tiny({"width": 4096, "depth": 2}, values, cuda)
@@ -349,8 +353,7 @@ def test_fp8_encoders_run_in_the_step_and_say_what_they_changed(recipe):
     from benchbay.workloads.dreamzero.workload import DreamZero
 
     cuda = torch.device("cuda")
-    if torch.cuda.get_device_capability() < float8.MIN_CAPABILITY:
-        pytest.skip("needs FP8 tensor cores")
+    _skip_without_fp8_cores()
     values = {**knob_table.defaults_for(DreamZero), "precision": "bf16", "attention": "sdpa",
               "encoders_float8": recipe, "mbs": 2}
     workload = DreamZero({"preset": "dreamzero-tiny"}, values, cuda)

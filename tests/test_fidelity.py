@@ -113,6 +113,32 @@ def test_flat_step_keeps_tensors_apart_splits_large_ones_and_skips_absent_gradie
     assert bool((params[4] == 0.5).all())
 
 
+@pytest.mark.parametrize("name", FLAT)
+def test_flat_weights_are_views_stepped_in_place_as_a_sharded_copy_is_stepped(monkeypatch, name):
+    """Plain parameters become views of one storage (a tensor split over buckets as well), and their
+    in-place step moves every weight as the copied step of sharded parameters does, to the bit."""
+    monkeypatch.setattr(sr_adamw, "BUCKET", 1 << 12)
+    stepped = {}
+    for in_place in (True, False):
+        monkeypatch.setattr(sr_adamw, "_steps_in_place", lambda params, in_place=in_place: in_place)
+        gen = torch.Generator().manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(n, generator=gen).to(torch.bfloat16))
+                  for n in (300, 7, 2000, 1500, 64)]
+        before = [p.detach().clone() for p in params]
+        optimizer = flat(name, params)
+        assert [bool(torch.equal(p, b)) for p, b in zip(params, before, strict=True)] == [True] * 5
+        storages = {p.untyped_storage().data_ptr() for p in params}
+        assert len(storages) == (1 if in_place else 5)
+        torch.manual_seed(1)
+        for _ in range(3):
+            for p in params[:4]:
+                p.grad = torch.randn(p.shape, generator=gen).to(torch.bfloat16)
+            optimizer.step()
+        assert bool(torch.equal(params[4], before[4]))  # no gradient: its weight kept
+        stepped[in_place] = [p.detach().clone() for p in params]
+    assert all(bool(torch.equal(a, b)) for a, b in zip(stepped[True], stepped[False], strict=True))
+
+
 def test_verdict_rule():
     assert verdict(1.05, 0.0) == "faithful"
     assert verdict(1.05, None) == "faithful"  # a share given alone

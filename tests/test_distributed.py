@@ -227,6 +227,19 @@ def test_merge_blames_the_first_rank_to_fail_when_it_left_no_result():
     assert merge(Finished([_rank(0, "error")], 1, False, stopped), timeout=60, world_size=2).status == "error"
 
 
+def test_a_worker_that_dies_after_its_deadline_stack_dump_timed_out():
+    """A signal in the seconds between the worker's stack dump (faulthandler's "Timeout (...)!") and the
+    kill is the timeout's, with where it stood; the same signal without the dump stays a crash."""
+    dump = ("benchbay phase: first step (at 16.6 s)\nTimeout (0:02:39.664162)!\n"
+            "Thread 0x00007f0814909140 (most recent call first):\n  File \"compile_fx.py\", line 9 in compile\n")
+    out = merge(Finished([], -11, False, dump), timeout=165, world_size=1)
+    assert out.status == "timeout" and out.metrics["signal"] == "SIGSEGV"
+    assert out.reason.startswith("no result within 165 s (killed by SIGSEGV as its stacks were dumped")
+    assert "in phase 'first step (at 16.6 s)'" in out.reason and "compile_fx.py" in out.reason
+    crash = merge(Finished([], -11, False, "benchbay phase: first step (at 16.6 s)\n"), timeout=165, world_size=1)
+    assert crash.status == "crash" and crash.reason.startswith("killed by SIGSEGV in phase 'first step")
+
+
 def test_hybrid_sharding_on_two_ranks_is_skipped_with_its_reason_said_once():
     knobs = {**knob_table.defaults_for(Tiny), "precision": "fp32", "sharding": "fsdp2_hybrid", "replicate": 2}
     reason = harness_for(Tiny({}, knobs, torch.device("cpu")), 2).skip_reason()

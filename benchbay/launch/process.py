@@ -334,12 +334,23 @@ def _no_result(done: Finished, timeout: float, partial: int,
         if code < 0:
             return crash(f"rank {rank} killed by {_signal_name(-code)} {why}", -code)
         return crash(f"rank {rank} ended with exit code {code} without a result {why}")
+    if returncode is not None and returncode < 0 and DEADLINE_DUMP.search(tail):
+        # it died in the seconds between its deadline's stack dump and the kill (seen on an H100: a
+        # SIGSEGV just after the dump, inductor compiling): it ran out of time, whatever ended it
+        metrics[SIGNAL] = _signal_name(-returncode)
+        where = stall_summary(tail)
+        return Outcome(status=Status.TIMEOUT, metrics=metrics, extra={"log_tail": tail},
+                       reason=f"no result within {timeout:g} s (killed by {_signal_name(-returncode)} as its "
+                       "stacks were dumped before the deadline)" + (f"; {where}" if where else ""))
     where = f" in phase '{phase}'" if (phase := last_phase(tail)) else ""
     if returncode is not None and returncode < 0:
         return crash(f"killed by {_signal_name(-returncode)}{where}: {_last_line(tail)}", -returncode)
     return crash(f"exit code {returncode} without a result{where}: {_last_line(tail)}")
 
 
+#: the line faulthandler's watchdog writes as it dumps a worker's stacks, a little before its deadline
+#: (benchbay.launch.worker's STACK_DUMP_LEAD_S)
+DEADLINE_DUMP = re.compile(r"^Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!$", re.M)
 PHASE_MARK = "benchbay phase: "  # how benchbay.launch.worker announces a phase in its log
 #: a thread's stack in faulthandler's dump ("Current thread" for the one that took the signal asking for
 #: it, as after a Ctrl-C); the main thread (the first started) comes last

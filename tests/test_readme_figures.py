@@ -177,18 +177,24 @@ FP8_DOCS = ROOT / "docs/fp8.md"
 DREAMZERO_FP8_RUNS = ("results/dreamzero-5b-fp8/20261206-183244-c773", "results/dreamzero-5b-fp8/20261206-184047-536a")
 DREAMZERO_FP8_IN_STEP_RUN = "results/dreamzero-5b-fp8/20261206-203934-e3d9"
 DREAMZERO_FRONTIER_FP8_RUN = "results/dreamzero-5b-frontier/20261206-223108-9f2a"
+DREAMZERO_14B_BLOCKS_RUNS = ("results/dreamzero-14b-fp8-blocks/20261207-143739-ec0e",
+                             "results/dreamzero-14b-fp8-blocks/20261207-144631-f030")
+#: dreamzero-5b-fp8's points run again with the flattened AdamW stepping its weights in place
+OPTIMIZER_IN_PLACE_RUNS = ("results/dreamzero-5b-fp8/20261207-143456-4937",
+                           "results/dreamzero-5b-fp8/20261207-144334-c9f1")
 
 
 @pytest.mark.parametrize("table, run", [("wallx-fp8", "results/wallx-fp8/20261206-161749-7da1"),
                                         ("dreamzero-5b-fp8", DREAMZERO_FP8_RUNS[0]),
                                         ("dreamzero-5b-fp8-in-step", DREAMZERO_FP8_IN_STEP_RUN),
                                         ("dreamzero-5b-frontier-fp8", DREAMZERO_FRONTIER_FP8_RUN),
-                                        ("wallx-frontier-fp8", "results/wallx-frontier/20261207-043252-c18c")])
+                                        ("wallx-frontier-fp8", "results/wallx-frontier/20261207-043252-c18c"),
+                                        ("dreamzero-14b-fp8-blocks", DREAMZERO_14B_BLOCKS_RUNS)])
 def test_the_fp8_docs_tables_are_their_records(table, run):
-    """docs/fp8.md's table of each FP8 run: each row's converted linears, rate, step, MFU on both
-    peaks and both fidelities, with the compute fidelity's worst group, are its record's."""
+    """docs/fp8.md's table of each FP8 run (or runs): each row's converted linears, rate, step, MFU on
+    both peaks and both fidelities, with the compute fidelity's worst group, are its record's."""
     rows = marked_rows(f"{table}-table", FP8_DOCS)
-    summary = point_summary(load_runs([ROOT / run]))
+    summary = point_summary(load_runs([ROOT / r for r in ((run,) if isinstance(run, str) else run)]))
     assert len(rows) == len(summary)
     for label, converted, rate, step, mfu, update, compute in rows:
         point = summary[summary["label"] == row_label([label])].iloc[0]
@@ -208,6 +214,29 @@ def test_the_fp8_docs_tables_are_their_records(table, run):
             name, figure = min(point["extra.compute_fidelity_groups"].items(), key=lambda g: g[1]["cosine"])
             said = f"{name.replace('.', ' ')} {figure['cosine']:.4f}"
             assert worst[0].split(",")[0] == said
+
+
+def test_the_fp8_docs_14b_blocks_savings_are_the_records():
+    """The step time each recipe saves over 8 of the 14B's blocks, and their ratio."""
+    step = point_summary(load_runs([ROOT / r for r in DREAMZERO_14B_BLOCKS_RUNS])).set_index("label")["step_time_s"]
+    padded, gw_hp = (1000 * (step["bf16"] - step[label]) for label in ("tensorwise_padded", "rowwise_with_gw_hp"))
+    assert " ".join(marked("dreamzero-14b-fp8-blocks-saving", FP8_DOCS).split()) == \
+        f"{padded:.1f} ms a step against rowwise_with_gw_hp's {gw_hp:.1f} ms, {padded / gw_hp:.2f} times as much"
+
+
+def test_the_optimizer_in_place_table_is_the_records():
+    """Each point's rate in the two processes that copied the weights and in the one that steps them in
+    place, and the step time saved against the copies' mean."""
+    copied = [point_summary(load_runs([ROOT / run])).set_index("label") for run in DREAMZERO_FP8_RUNS]
+    in_place = point_summary(load_runs([ROOT / r for r in OPTIMIZER_IN_PLACE_RUNS])).set_index("label")
+    rows = marked_rows("optimizer-in-place-table", FP8_DOCS)
+    assert [row[0] for row in rows] == ["`bf16@16`", "`tensorwise@16`", "`gw_hp@16`"]
+    for label, before, after, saved in rows:
+        label = label.strip("`")
+        assert before == ", ".join(f"{c.loc[label, 'samples_per_s_per_gpu']:.2f}" for c in copied)
+        assert after == f"{in_place.loc[label, 'samples_per_s_per_gpu']:.2f}"
+        mean_step = sum(c.loc[label, "step_time_s"] for c in copied) / len(copied)
+        assert saved == f"{1000 * (mean_step - in_place.loc[label, 'step_time_s']):.1f}"
 
 
 def test_the_fp8_docs_dreamzero_gains_and_second_process_are_the_records():

@@ -95,6 +95,25 @@ devices: {{type: cpu, nproc: 2}}
 
 
 @pytest.mark.slow
+def test_the_flattened_adamw_trains_alike_in_place_and_on_shards(tmp_path, in_repo, monkeypatch):
+    """adamw_sr steps DDP's whole parameters in place (views of its flat weights) and FSDP2's DTensor
+    shards through copies: both train like one process (bf16: the gradient norms' own rounding aside)."""
+    knobs = {"precision": "bf16", "optimizer": "adamw_sr"}
+    records = run_suite(tmp_path, monkeypatch, "tiny-2proc-sr", f"""
+workload: {{name: "{TINY}"}}
+knobs: {knobs}
+sweep: {{points: [{{label: ddp, sharding: ddp}}, {{label: fsdp2_full, sharding: fsdp2_full}}]}}
+steps: {{warmup: {STEPS["warmup"]}, measure: {STEPS["measure"]}}}
+timeout: 180
+devices: {{type: cpu, nproc: 2}}
+""")
+    reference = one_process(TINY, {}, knobs, sum(STEPS.values()))
+    for record in records:
+        assert_trains_like_one_process(record, reference, rtol=1e-2)
+        assert record["extra"]["fidelity"] == "faithful"
+
+
+@pytest.mark.slow
 def test_a_failing_rank_is_the_points_status_and_leaves_no_process(tmp_path, in_repo, monkeypatch):
     records = run_suite(tmp_path, monkeypatch, "tiny-2proc-faults", f"""
 workload: {{name: "{TINY}"}}

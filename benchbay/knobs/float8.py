@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from benchbay.knobs.rules import Refused
+from benchbay.knobs.rules import FP8_WEIGHT_GRADIENT, Refused
 
 if TYPE_CHECKING:  # the workloads import the knobs' declarations, never the other way round
     from benchbay.knobs.parts import ModelParts
@@ -70,8 +70,6 @@ MIN_CAPABILITY = (8, 9)
 OUTSIDE = "outside the repeated blocks (first and last layers, heads, adaLN modulation)"
 NOT_16 = "in or out features not multiples of 16"
 ROWS = "rows in a batch (tokens x mbs) not a multiple of 16 (the FP8 weight-gradient GEMM needs them)"
-#: the recipes whose weight-gradient GEMM is FP8, over the rows of the batch
-FP8_WEIGHT_GRADIENT = ("tensorwise", "rowwise")
 SMALL = "below torchao's size thresholds for the recipe"
 FROZEN = "frozen"
 

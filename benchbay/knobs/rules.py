@@ -50,13 +50,15 @@ def skip_reason(workload_cls: type, knobs: dict[str, Any], device_type: str, wor
     return _idle_modifier(knobs)
 
 
+#: the float8 recipes whose weight-gradient GEMM is FP8, over the rows of the batch
+FP8_WEIGHT_GRADIENT = ("tensorwise", "rowwise")
 #: modifier knobs, when they act, and why not otherwise
 _MODIFIERS = (
     ("offload_shards", lambda k: k["offload"] == "optimizer" and k["sharding"] == "none",
      "ZeRO-2's split of the CPU-offloaded optimizer acts only with offload=optimizer and sharding=none"),
     ("replicate", lambda k: k["sharding"] == "fsdp2_hybrid", "replica groups act only with sharding=fsdp2_hybrid"),
     ("recompute_impl", lambda k: k["recompute"] != "off", "the checkpoint implementation acts only with recompute on"),
-    ("float8_pad_rows", lambda k: k["float8"] in ("tensorwise", "rowwise"),
+    ("float8_pad_rows", lambda k: k["float8"] in FP8_WEIGHT_GRADIENT,
      "padding rows acts only under float8=tensorwise or rowwise, whose weight-gradient GEMM is FP8"),
 )
 DDP_KNOBS = ("ddp_static_graph", "ddp_gradient_as_bucket_view", "ddp_bucket_cap_mb", "ddp_find_unused_parameters")

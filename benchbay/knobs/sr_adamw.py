@@ -66,11 +66,11 @@ class FlatSRAdamW(torch.optim.Optimizer):
         device = _local(params[0]).device if params else torch.device("cpu")
         layout = _layout(params, size)
         self.in_place = _steps_in_place(params)
-        weights = _flat_weights(layout, size, device) if self.in_place else None
-        scratch = None if self.in_place else torch.zeros(size, dtype=torch.bfloat16, device=device)
-        self.buckets = [_Bucket(segments, state(size, True, device), state(size, False, device),
-                                weights[k * size:(k + 1) * size] if self.in_place else scratch)
-                        for k, segments in enumerate(layout)]
+        # one scratch serves every bucket where the weights are copied
+        windows = (_flat_weights(layout, size, device) if self.in_place
+                   else [torch.zeros(size, dtype=torch.bfloat16, device=device)] * len(layout))
+        self.buckets = [_Bucket(segments, state(size, True, device), state(size, False, device), w)
+                        for segments, w in zip(layout, windows, strict=True)]
         self.g = torch.zeros(size, dtype=torch.bfloat16, device=device)
 
     @torch.no_grad()
@@ -82,19 +82,17 @@ class FlatSRAdamW(torch.optim.Optimizer):
             stepped = [s for s in b.segments if s.param.grad is not None]
             if not stepped:
                 continue
-            absent = [s for s in b.segments if s.param.grad is None]
-            if self.in_place:  # the update moves the whole window: keep the absent gradients' weights
-                kept = [s.at(b.w).clone() for s in absent]
-            else:
+            # in place, the update moves the whole window: the absent gradients' weights go back after it
+            kept = [(s.at(b.w), s.at(b.w).clone()) for s in b.segments if s.param.grad is None] if self.in_place else []
+            if not self.in_place:
                 torch._foreach_copy_([s.at(b.w) for s in stepped], [s.of(s.param) for s in stepped])
             self.g.zero_()  # the padding between tensors (and absent gradients) stay zero
             torch._foreach_copy_([s.at(self.g) for s in stepped], [s.of(s.param.grad) for s in stepped])
             self.update(b.w, self.g, self.step_count, b.m, b.v, None, self.lr, h.beta1, h.beta2,
                         h.weight_decay, h.eps, True, True)
-            if self.in_place:
-                for s, weight in zip(absent, kept, strict=True):
-                    s.at(b.w).copy_(weight)
-            else:
+            for window, weight in kept:
+                window.copy_(weight)
+            if not self.in_place:
                 torch._foreach_copy_([s.of(s.param) for s in stepped], [s.at(b.w) for s in stepped])
 
 
@@ -119,10 +117,11 @@ def _steps_in_place(params: list[nn.Parameter]) -> bool:
     return not any(hasattr(p, "to_local") for p in params)
 
 
-def _flat_weights(layout: list[list[_Segment]], size: int, device: torch.device) -> torch.Tensor:
-    """One storage of ``len(layout) * size`` bf16 elements holding every parameter at its place in the
-    layout, each parameter made a view of it. A parameter split over buckets stays contiguous: its
-    split falls on the end of one bucket and it goes on at the start of the next."""
+def _flat_weights(layout: list[list[_Segment]], size: int, device: torch.device) -> list[torch.Tensor]:
+    """The buckets' windows of one storage of ``len(layout) * size`` bf16 elements holding every
+    parameter at its place in the layout, each parameter made a view of it. A parameter split over
+    buckets stays contiguous: its split falls on the end of one bucket and it goes on at the start of
+    the next."""
     flat = torch.zeros(len(layout) * size, dtype=torch.bfloat16, device=device)
     for k, segments in enumerate(layout):
         for s in segments:
@@ -131,7 +130,7 @@ def _flat_weights(layout: list[list[_Segment]], size: int, device: torch.device)
                 view = flat[at:at + s.param.numel()].view_as(s.param)
                 view.copy_(s.param.detach())
                 s.param.data = view
-    return flat
+    return list(flat.split(size))
 
 
 def _aligned(n: int) -> int:

@@ -257,6 +257,10 @@ def test_a_worker_that_dies_after_its_deadline_stack_dump_timed_out():
     assert "in phase 'first step (at 16.6 s)'" in out.reason and "compile_fx.py" in out.reason
     crash = merge(Finished([], -11, False, "benchbay phase: first step (at 16.6 s)\n"), timeout=165, world_size=1)
     assert crash.status == "crash" and crash.reason.startswith("killed by SIGSEGV in phase 'first step")
+    # killed at the deadline itself: the ranks that had finished and where the rest stood
+    killed = merge(Finished([_rank(0)], 1, True, "log", "in phase 'x'"), timeout=60, world_size=2)
+    assert killed.status == "timeout"
+    assert killed.reason == "no result within 60 s (killed); 1 rank(s) had finished; in phase 'x'"
 
 
 def test_hybrid_sharding_on_two_ranks_is_skipped_with_its_reason_said_once():

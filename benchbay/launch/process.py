@@ -323,11 +323,13 @@ def _no_result(done: Finished, timeout: float, partial: int,
             metrics[SIGNAL] = _signal_name(signal_number)
         return Outcome(status=Status.CRASH, reason=reason, metrics=metrics, extra={"log_tail": tail})
 
-    if done.timed_out:
-        where = done.stall
+    def out_of_time(how: str, where: str) -> Outcome:
         return Outcome(status=Status.TIMEOUT, metrics=metrics, extra={"log_tail": tail},
-                       reason=f"no result within {timeout:g} s (killed)"
-                       + (f"; {partial} rank(s) had finished" if partial else "") + (f"; {where}" if where else ""))
+                       reason=f"no result within {timeout:g} s ({how})" + (f"; {where}" if where else ""))
+
+    if done.timed_out:
+        return out_of_time("killed", "; ".join(filter(None, [f"{partial} rank(s) had finished" if partial else "",
+                                                             done.stall])))
     if lost:
         rank, code, first = lost
         why = "(the first rank to fail)" if first else "(it left no result; the other ranks' errors follow)"
@@ -338,10 +340,8 @@ def _no_result(done: Finished, timeout: float, partial: int,
         # it died in the seconds between its deadline's stack dump and the kill (seen on an H100: a
         # SIGSEGV just after the dump, inductor compiling): it ran out of time, whatever ended it
         metrics[SIGNAL] = _signal_name(-returncode)
-        where = stall_summary(tail)
-        return Outcome(status=Status.TIMEOUT, metrics=metrics, extra={"log_tail": tail},
-                       reason=f"no result within {timeout:g} s (killed by {_signal_name(-returncode)} as its "
-                       "stacks were dumped before the deadline)" + (f"; {where}" if where else ""))
+        return out_of_time(f"killed by {_signal_name(-returncode)} as its stacks were dumped before the deadline",
+                           stall_summary(tail))
     where = f" in phase '{phase}'" if (phase := last_phase(tail)) else ""
     if returncode is not None and returncode < 0:
         return crash(f"killed by {_signal_name(-returncode)}{where}: {_last_line(tail)}", -returncode)

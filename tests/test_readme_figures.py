@@ -70,6 +70,11 @@ def report_points(*suites: str) -> pd.DataFrame:
     return point_summary(df)
 
 
+def run_points(*runs: str) -> pd.DataFrame:
+    """The point summary of these runs (their folders, from the repository's root)."""
+    return point_summary(load_runs([ROOT / run for run in runs]))
+
+
 def check_row(point: pd.Series, mbs: str, step: str, rate: str, alloc: str, mfu: str) -> None:
     assert int(mbs) == point["mbs"]
     assert step == f"{point['step_time_s']:.3f}"
@@ -184,17 +189,17 @@ OPTIMIZER_IN_PLACE_RUNS = ("results/dreamzero-5b-fp8/20261207-143456-4937",
                            "results/dreamzero-5b-fp8/20261207-144334-c9f1")
 
 
-@pytest.mark.parametrize("table, run", [("wallx-fp8", "results/wallx-fp8/20261206-161749-7da1"),
-                                        ("dreamzero-5b-fp8", DREAMZERO_FP8_RUNS[0]),
-                                        ("dreamzero-5b-fp8-in-step", DREAMZERO_FP8_IN_STEP_RUN),
-                                        ("dreamzero-5b-frontier-fp8", DREAMZERO_FRONTIER_FP8_RUN),
-                                        ("wallx-frontier-fp8", "results/wallx-frontier/20261207-043252-c18c"),
-                                        ("dreamzero-14b-fp8-blocks", DREAMZERO_14B_BLOCKS_RUNS)])
-def test_the_fp8_docs_tables_are_their_records(table, run):
+@pytest.mark.parametrize("table, runs", [("wallx-fp8", ("results/wallx-fp8/20261206-161749-7da1",)),
+                                         ("dreamzero-5b-fp8", DREAMZERO_FP8_RUNS[:1]),
+                                         ("dreamzero-5b-fp8-in-step", (DREAMZERO_FP8_IN_STEP_RUN,)),
+                                         ("dreamzero-5b-frontier-fp8", (DREAMZERO_FRONTIER_FP8_RUN,)),
+                                         ("wallx-frontier-fp8", ("results/wallx-frontier/20261207-043252-c18c",)),
+                                         ("dreamzero-14b-fp8-blocks", DREAMZERO_14B_BLOCKS_RUNS)])
+def test_the_fp8_docs_tables_are_their_records(table, runs):
     """docs/fp8.md's table of each FP8 run (or runs): each row's converted linears, rate, step, MFU on
     both peaks and both fidelities, with the compute fidelity's worst group, are its record's."""
     rows = marked_rows(f"{table}-table", FP8_DOCS)
-    summary = point_summary(load_runs([ROOT / r for r in ((run,) if isinstance(run, str) else run)]))
+    summary = run_points(*runs)
     assert len(rows) == len(summary)
     for label, converted, rate, step, mfu, update, compute in rows:
         point = summary[summary["label"] == row_label([label])].iloc[0]
@@ -218,7 +223,7 @@ def test_the_fp8_docs_tables_are_their_records(table, run):
 
 def test_the_fp8_docs_14b_blocks_savings_are_the_records():
     """The step time each recipe saves over 8 of the 14B's blocks, and their ratio."""
-    step = point_summary(load_runs([ROOT / r for r in DREAMZERO_14B_BLOCKS_RUNS])).set_index("label")["step_time_s"]
+    step = run_points(*DREAMZERO_14B_BLOCKS_RUNS).set_index("label")["step_time_s"]
     padded, gw_hp = (1000 * (step["bf16"] - step[label]) for label in ("tensorwise_padded", "rowwise_with_gw_hp"))
     assert " ".join(marked("dreamzero-14b-fp8-blocks-saving", FP8_DOCS).split()) == \
         f"{padded:.1f} ms a step against rowwise_with_gw_hp's {gw_hp:.1f} ms, {padded / gw_hp:.2f} times as much"
@@ -227,8 +232,8 @@ def test_the_fp8_docs_14b_blocks_savings_are_the_records():
 def test_the_optimizer_in_place_table_is_the_records():
     """Each point's rate in the two processes that copied the weights and in the one that steps them in
     place, and the step time saved against the copies' mean."""
-    copied = [point_summary(load_runs([ROOT / run])).set_index("label") for run in DREAMZERO_FP8_RUNS]
-    in_place = point_summary(load_runs([ROOT / r for r in OPTIMIZER_IN_PLACE_RUNS])).set_index("label")
+    copied = [run_points(run).set_index("label") for run in DREAMZERO_FP8_RUNS]
+    in_place = run_points(*OPTIMIZER_IN_PLACE_RUNS).set_index("label")
     rows = marked_rows("optimizer-in-place-table", FP8_DOCS)
     assert [row[0] for row in rows] == ["`bf16@16`", "`tensorwise@16`", "`gw_hp@16`"]
     for label, before, after, saved in rows:
@@ -241,8 +246,7 @@ def test_the_optimizer_in_place_table_is_the_records():
 
 def test_the_fp8_docs_dreamzero_gains_and_second_process_are_the_records():
     """The gains over bf16@16 the text gives, and the second process's rates of three points."""
-    first, second = (point_summary(load_runs([ROOT / run])).set_index("label")["samples_per_s_per_gpu"]
-                     for run in DREAMZERO_FP8_RUNS)
+    first, second = (run_points(run).set_index("label")["samples_per_s_per_gpu"] for run in DREAMZERO_FP8_RUNS)
     text = " ".join(FP8_DOCS.read_text().split())
     gains = {label: f"{first[label] / first['bf16@16'] - 1:.1%}"
              for label in ("tensorwise@16", "gw_hp@16", "rowwise@16")}
@@ -261,8 +265,8 @@ def test_the_fp8_docs_dreamzero_gains_and_second_process_are_the_records():
 def test_the_fp8_docs_in_step_gain_and_saving_are_the_records():
     """With the encoders in the step: the gain the text gives, and the step time FP8 saves there and
     on the transformer alone (the encoders' time, which float8 leaves alone, is the rest)."""
-    alone = point_summary(load_runs([ROOT / DREAMZERO_FP8_RUNS[0]])).set_index("label")
-    in_step = point_summary(load_runs([ROOT / DREAMZERO_FP8_IN_STEP_RUN])).set_index("label")
+    alone = run_points(DREAMZERO_FP8_RUNS[0]).set_index("label")
+    in_step = run_points(DREAMZERO_FP8_IN_STEP_RUN).set_index("label")
     rate = in_step["samples_per_s_per_gpu"]
     text = " ".join(FP8_DOCS.read_text().split())
     gain = rate["in-step-tensorwise@16"] / rate["in-step-bf16@16"] - 1
@@ -283,8 +287,8 @@ def test_the_fp8_docs_frontier_gain_is_the_records():
 
 def test_the_14b_fp8_sentence_is_the_records():
     """docs/h200-results.md's 14B FP8 sentence: +keep_attention against +keep_attention_fp8, each from its run."""
-    bf16 = point_summary(load_runs([ROOT / "results/dreamzero-14b-1gpu/20261203-122850-19d9"])).set_index("label")
-    fp8 = point_summary(load_runs([ROOT / "results/dreamzero-14b-1gpu/20261207-043615-37fe"])).set_index("label")
+    bf16 = run_points("results/dreamzero-14b-1gpu/20261203-122850-19d9").set_index("label")
+    fp8 = run_points("results/dreamzero-14b-1gpu/20261207-043615-37fe").set_index("label")
     before, after = bf16.loc["+keep_attention", "step_time_s"], fp8.loc["+keep_attention_fp8", "step_time_s"]
     assert " ".join(marked("dreamzero-14b-fp8-gain").split()) == f"{before:.3f} to {after:.3f} s a step"
     assert " ".join(marked("dreamzero-14b-fp8-less").split()) == f"{1 - after / before:.1%} less a step"

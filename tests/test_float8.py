@@ -31,6 +31,11 @@ def built(name: str, device: torch.device, **params):
     return workload(name, device, **params).build()
 
 
+def fp8(recipe: str, mbs: int, pad_rows: bool = False) -> dict:
+    """The knobs float8.skip_reason reads, as a resolved point gives them all."""
+    return {"float8": recipe, "mbs": mbs, "float8_pad_rows": pad_rows}
+
+
 def _skip_without_fp8_cores() -> None:
     """In a ``gpu`` test (CUDA is there): skip below compute capability 8.9."""
     if torch.cuda.get_device_capability() < float8.MIN_CAPABILITY:
@@ -57,10 +62,10 @@ def test_a_cpu_suite_skips_the_float8_points_before_their_process(tmp_path):
 
 def test_below_compute_capability_8_9_it_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # an A100
-    reason = float8.skip_reason({"float8": "rowwise", "mbs": 1}, torch.device("cuda", 0), {})
+    reason = float8.skip_reason(fp8("rowwise", 1), torch.device("cuda", 0), {})
     assert "compute capability 8.9 or newer (this one: 8.0)" in reason
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H200
-    assert float8.skip_reason({"float8": "rowwise", "mbs": 1}, torch.device("cuda", 0), {}) is None
+    assert float8.skip_reason(fp8("rowwise", 1), torch.device("cuda", 0), {}) is None
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
@@ -68,16 +73,16 @@ def test_a_batch_whose_rows_no_fp8_weight_gradient_takes_is_refused(recipe, monk
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     cuda, rows = torch.device("cuda", 0), {"attn.q": 15940, "attn.k": 257}
     for mbs in (1, 2, 3):
-        reason = float8.skip_reason({"float8": recipe, "mbs": mbs}, cuda, rows)
+        reason = float8.skip_reason(fp8(recipe, mbs), cuda, rows)
         assert reason.startswith(f"float8={recipe} at mbs {mbs} converts no linear")
         assert f"(15940 x {mbs}, 257 x {mbs})" in reason
         assert reason.endswith("use rowwise_with_gw_hp, float8_pad_rows=True or an mbs that is a multiple of 4")
-        assert float8.skip_reason({"float8": recipe, "mbs": mbs, "float8_pad_rows": True}, cuda, rows) is None
-    assert float8.skip_reason({"float8": recipe, "mbs": 16}, cuda, rows) is None  # attn.q fits from 4, attn.k at 16
-    assert float8.skip_reason({"float8": recipe, "mbs": 4}, cuda, rows) is None
+        assert float8.skip_reason(fp8(recipe, mbs, pad_rows=True), cuda, rows) is None
+    assert float8.skip_reason(fp8(recipe, 16), cuda, rows) is None  # attn.q fits from 4, attn.k at 16
+    assert float8.skip_reason(fp8(recipe, 4), cuda, rows) is None
     # the weight gradient's GEMM in bf16 takes any rows; a workload that declares none is taken to fit
-    assert float8.skip_reason({"float8": "rowwise_with_gw_hp", "mbs": 1}, cuda, rows) is None
-    assert float8.skip_reason({"float8": recipe, "mbs": 1}, cuda, {}) is None
+    assert float8.skip_reason(fp8("rowwise_with_gw_hp", 1), cuda, rows) is None
+    assert float8.skip_reason(fp8(recipe, 1), cuda, {}) is None
 
 
 def test_the_14b_at_mbs_1_converts_only_the_prompts_keys_and_values():

@@ -95,8 +95,7 @@ class Plan:
 def skip_reason(knobs: dict[str, Any], device: torch.device, rows: dict[str, int]) -> str | None:
     """Below compute capability 8.9 (the device type is checked before the point's process: rules.py),
     or a batch that leaves none of the declared linears (``rows``: a sample's) to convert."""
-    recipe, mbs = knobs["float8"], knobs["mbs"]
-    padded = knobs.get("float8_pad_rows", False)
+    recipe, mbs, padded = knobs["float8"], knobs["mbs"], knobs["float8_pad_rows"]
     if recipe in FP8_WEIGHT_GRADIENT and rows and not padded and all(r * mbs % 16 for r in rows.values()):
         fits = min(16 // math.gcd(16, r) for r in rows.values())
         return (f"float8={recipe} at mbs {mbs} converts no linear: every one takes rows a batch that are not "
